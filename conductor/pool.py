@@ -1,0 +1,166 @@
+"""The pool file: which worker LLMs exist, how to reach them, what they cost, and how the Conductor sees them.
+
+A pool file is TOML::
+
+    reveal_names = false          # PAPER.md §1: workers are shown by ordinal + description, names hidden
+
+    [[workers]]
+    name = "gpt-5"                # the operator's name; requests and results use it, the Conductor never sees it
+    provider = "openai"           # openai | anthropic | openai_compatible | local | sim
+    model = "gpt-5"
+    description = "Frontier generalist; strongest at math and code."
+    api_key_env = "OPENAI_API_KEY"  # the *name* of an env var; keys are never written in the file
+    max_tokens = 4096
+    temperature = 0.2
+    reasoning_effort = "minimal"
+    price_in_per_mtok = 1.25
+    price_out_per_mtok = 10.0
+    concurrency = 16
+
+    [workers.sim]                 # only for provider = "sim"
+    dataset = "answers.jsonl"     # relative to the pool file
+    skill = { math = 0.8, mcq = 0.7 }
+
+Parsing is pure (``parse_pool``); reading the file is ``load_pool``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from schemas.plan import WorkerCard
+
+Provider = Literal["openai", "anthropic", "openai_compatible", "local", "sim"]
+
+
+class PoolError(ValueError):
+    """The pool file is malformed or inconsistent; the message names the worker and field."""
+
+
+class SimSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A simulated worker (tests, demos, CPU-scale RL). See services/worker_adapter/providers/sim.py."""
+
+    dataset: str  # JSONL of {question, answer, domain, wrong?}; resolved relative to the pool file
+    skill: dict[str, float] = {}  # P(correct) per domain when answering alone
+    default_skill: float = 0.3
+    latency_s: float = 0.0
+    latency_jitter_s: float = 0.0
+    failure_rate: float = 0.0  # probability of a simulated transient provider error (HTTP 500)
+    seed: int = 0
+    tokens_per_char: float = 0.25
+
+
+class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    provider: Provider
+    model: str = ""
+    description: str = ""
+    base_url: str | None = None
+    api_key_env: str | None = None
+    max_tokens: int = 4096  # PAPER.md §2: constrained setting, 4096 output tokens
+    temperature: float = 0.2  # PAPER.md §2
+    top_p: float | None = None
+    top_k: int | None = None
+    presence_penalty: float | None = None
+    reasoning_effort: str | None = None  # openai: minimal | low | medium | high
+    thinking_budget: int | None = None  # anthropic: budget_tokens (0/None = thinking off)
+    price_in_per_mtok: float = 0.0
+    price_out_per_mtok: float = 0.0
+    concurrency: int = 8
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    sim: SimSpec | None = None
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.price_in_per_mtok + output_tokens * self.price_out_per_mtok) / 1_000_000
+
+
+class Pool(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    workers: list[WorkerSpec]
+    reveal_names: bool = False
+    base_dir: str = "."  # directory the file was read from; relative paths resolve against it
+
+    def names(self) -> list[str]:
+        return [w.name for w in self.workers]
+
+    def get(self, name: str) -> WorkerSpec:
+        for w in self.workers:
+            if w.name == name:
+                return w
+        raise KeyError(name)
+
+    def subset(self, names: list[str] | None) -> list[WorkerSpec]:
+        """The workers a request may use, in pool order when ``names`` is None, else in the order given."""
+        if names is None:
+            return list(self.workers)
+        return [self.get(n) for n in names]
+
+    def cards(self, workers: list[WorkerSpec]) -> list[WorkerCard]:
+        """The Conductor's view: "Model i" with the description; names only when the pool reveals them."""
+        return [
+            WorkerCard(index=i, description=w.description, name=w.name if self.reveal_names else None)
+            for i, w in enumerate(workers)
+        ]
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path)
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+
+def parse_pool(text: str, *, base_dir: str = ".") -> Pool:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PoolError(f"pool file is not valid TOML: {exc}") from exc
+    raw.pop("base_dir", None)
+    try:
+        pool = msgspec.convert({**raw, "base_dir": base_dir}, Pool)
+    except msgspec.ValidationError as exc:
+        raise PoolError(f"pool file: {exc}") from exc
+    _check(pool)
+    return pool
+
+
+def _check(pool: Pool) -> None:
+    if not pool.workers:
+        raise PoolError("pool file names no workers")
+    seen: set[str] = set()
+    for i, w in enumerate(pool.workers):
+        where = f"workers[{i}] ({w.name!r})"
+        if not w.name or w.name in seen:
+            raise PoolError(f"{where}: worker names must be non-empty and unique")
+        seen.add(w.name)
+        if w.provider == "sim" and w.sim is None:
+            raise PoolError(f"{where}: provider 'sim' needs a [workers.sim] table")
+        if w.provider == "openai_compatible" and not w.base_url:
+            raise PoolError(f"{where}: provider 'openai_compatible' needs base_url")
+        if w.provider != "sim" and not w.model:
+            raise PoolError(f"{where}: model is required")
+        if w.concurrency < 1 or w.max_tokens < 1 or w.max_retries < 0 or w.timeout_s <= 0:
+            raise PoolError(f"{where}: concurrency/max_tokens must be >= 1, max_retries >= 0, timeout_s > 0")
+        if w.price_in_per_mtok < 0 or w.price_out_per_mtok < 0:
+            raise PoolError(f"{where}: prices must be >= 0")
+        if w.sim is not None:
+            for dom, p in {**w.sim.skill, "default": w.sim.default_skill}.items():
+                if not 0.0 <= p <= 1.0:
+                    raise PoolError(f"{where}: sim skill {dom!r} must be within [0, 1]")
+            if not 0.0 <= w.sim.failure_rate <= 1.0:
+                raise PoolError(f"{where}: sim failure_rate must be within [0, 1]")
+
+
+def load_pool(path: Path | None) -> Pool:
+    """Read a pool file; ``None`` loads the bundled demo pool (sim workers over the bundled question set)."""
+    if path is None:
+        ref = resources.files("conductor.data").joinpath("demo_pool.toml")
+        with resources.as_file(ref) as p:
+            return parse_pool(p.read_text(encoding="utf-8"), base_dir=str(p.parent))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PoolError(f"cannot read pool file {path}: {exc}") from exc
+    return parse_pool(text, base_dir=str(path.parent.resolve()))

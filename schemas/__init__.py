@@ -1,0 +1,14 @@
+"""The wire contract between Conductor services: msgspec Structs with their subject names beside them.
+
+Nothing here does I/O. Every service and every client speaks only these types.
+
+Schema evolution rules (checked by the golden-payload tests in tests/schemas):
+1. ``SCHEMA_VERSION`` is bumped on every change to a payload; old payloads must still decode.
+2. A new field always has a default, so messages written before it existed still decode.
+3. A field's type never changes and a field is never renamed; add a new field and deprecate the old one.
+4. Unknown fields are ignored on decode (msgspec's default), so newer producers can talk to older consumers.
+5. Tagged unions gain variants only; a tag value is never reused for a different shape.
+6. Enumerated string values (error codes, outcomes) gain members only.
+"""
+
+SCHEMA_VERSION = 1

