@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import structlog
 from faststream.nats import NatsBroker, NatsMessage, NatsRouter
 
@@ -46,3 +48,7 @@ class ExecutorService:
         result = await self.executor.solve(req)
         log.info("task finished", task_id=result.task_id, error=result.error and result.error.code)
         return encode(result)
+
+
+def create_service(env: Mapping[str, str] | None = None) -> ExecutorService:
+    return ExecutorService(ExecutorSettings.from_env(env))

@@ -1,0 +1,163 @@
+"""The `conductor` command: demo, solve, serve, verify, asyncapi."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+
+import msgspec
+from rich.console import Console
+
+from conductor.settings import CommonSettings
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from conductor.natsserver import NatsServer, reachable
+    from conductor.runtime import UnknownServiceError, create_services, running, service_names
+
+    try:
+        names = service_names(args.service)
+    except UnknownServiceError as exc:
+        print(f"conductor serve: {exc}", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    if args.pool:
+        env["CONDUCTOR_POOL"] = args.pool
+    settings = CommonSettings.from_env(env)
+    server = None
+    if args.embedded_nats and not reachable(settings.nats_url):
+        server = NatsServer().start()
+        env["NATS_URL"] = server.url
+        settings = CommonSettings.from_env(env)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with running(create_services(names, env), settings, name="+".join(names)):
+            print(f"serving {', '.join(names)} on {settings.nats_url}; Ctrl-C to stop", file=sys.stderr, flush=True)
+            await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
+
+    try:
+        asyncio.run(main())
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    from conductor.client import ConductorClient, SolveTimeoutError
+    from conductor.render import result_view
+    from conductor.wire import encode
+    from schemas.solve import ProgressEvent, SolveRequest
+
+    console = Console(stderr=True)
+    req = SolveRequest(
+        question=args.question,
+        task_id=args.task_id,
+        pool=[p.strip() for p in args.pool.split(",")] if args.pool else None,
+        max_steps=args.max_steps,
+        max_rounds=args.rounds,
+        domain=args.domain,
+        reference=args.reference,
+        policy=args.policy,
+    )
+
+    def show(ev: ProgressEvent) -> None:
+        if args.json:
+            return
+        if ev.kind == "planned":
+            console.print(f"[cyan]round {ev.round}: {ev.steps_planned} step(s) planned[/]")
+        elif ev.kind == "step_done":
+            status = f"[red]{ev.error.code}[/]" if ev.error else "done"
+            console.print(f"  step {ev.step} ({ev.worker}) {status}")
+
+    async def main() -> int:
+        async with ConductorClient(CommonSettings.from_env()) as client:
+            try:
+                result = await client.solve(req, timeout=args.timeout, on_progress=show)
+            except SolveTimeoutError as exc:
+                console.print(f"[red]{exc}[/]")
+                return 3
+        if args.json:
+            sys.stdout.write(encode(result).decode() + "\n")
+        else:
+            Console().print(result_view(result))
+        return 1 if result.error is not None and result.answer is None else 0
+
+    return asyncio.run(main())
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from conductor.demo import run_demo
+
+    return asyncio.run(run_demo(concurrency=args.concurrency, rounds=args.rounds, as_json=args.json))
+
+
+def _cmd_asyncapi(args: argparse.Namespace) -> int:
+    from conductor.asyncapi import asyncapi_document
+
+    doc = asyncapi_document()
+    text = msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="conductor", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="run everything locally and solve the bundled question set")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=0, help="recursion rounds after the first")
+    p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("solve", help="send a question to conductor.solve and show the workflow and answer")
+    p.add_argument("question")
+    p.add_argument("--pool", help="comma-separated worker names (default: the whole pool)")
+    p.add_argument("--rounds", type=int, default=0, help="recursion rounds after the first")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--domain", help="answer-format hint: math, mcq, code, general")
+    p.add_argument("--reference", help="ground truth; the result then carries a verdict")
+    p.add_argument("--policy", help="planner policy override, e.g. moa, single:1, refine:3")
+    p.add_argument("--task-id")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--json", action="store_true", help="print the SolveResult JSON")
+    p.set_defaults(func=_cmd_solve)
+
+    p = sub.add_parser("serve", help="run one service, a comma-separated list, or all")
+    p.add_argument("service", help="executor, planner, worker-adapter, verifier, or all")
+    p.add_argument("--pool", help="pool file (default: $CONDUCTOR_POOL or the bundled demo pool)")
+    p.add_argument("--embedded-nats", action="store_true", help="start a nats-server when none is reachable")
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("asyncapi", help="print the AsyncAPI document of the NATS API")
+    p.add_argument("-o", "--output")
+    p.set_defaults(func=_cmd_asyncapi)
+
+    try:
+        from services.verifier.cli import add_verify_command
+    except ImportError:  # the verifier ships with the core package; this only guards partial checkouts
+        pass
+    else:
+        add_verify_command(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

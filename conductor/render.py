@@ -1,0 +1,86 @@
+"""Terminal rendering of results: a workflow as a readable tree, the demo's results table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from schemas.solve import SolveResult, StepRecord
+
+
+def _access_text(step: StepRecord) -> str:
+    if step.access == "all":
+        return "sees all earlier steps" if step.index else "sees nothing earlier"
+    if not step.access:
+        return "sees no earlier step"
+    return "sees steps " + ", ".join(str(i) for i in step.access)
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def result_tree(result: SolveResult, *, width: int = 160) -> Tree:
+    root = Tree(Text(f"task {result.task_id}", style="bold"))
+    for rnd in result.workflows:
+        label = f"round {rnd.round} · policy {rnd.policy}"
+        if rnd.fallback_used:
+            label += " (fallback)"
+        node = root.add(Text(label, style="cyan"))
+        if rnd.reasoning:
+            node.add(Text("plan: " + _short(rnd.reasoning, width), style="dim"))
+        if rnd.handback:
+            node.add(Text("handed the previous answer back unchanged", style="green"))
+        for step in rnd.steps:
+            head = f"step {step.index} → {step.worker} (Model {step.model_id}), {_access_text(step)}"
+            s = node.add(Text(head, style="bold"))
+            s.add(Text("subtask: " + _short(step.subtask, width)))
+            if step.error is not None:
+                s.add(Text(f"error: {step.error.code}: {step.error.message}", style="red"))
+            else:
+                s.add(Text("response: " + _short(step.response, width), style="dim"))
+                u = step.usage
+                s.add(Text(f"{u.input_tokens}+{u.output_tokens} tokens, ${u.cost_usd:.5f}, {step.latency_s:.2f}s"))
+        if rnd.error is not None:
+            node.add(Text(f"error: {rnd.error.code}: {rnd.error.message}", style="red"))
+    return root
+
+
+def result_view(result: SolveResult) -> Group:
+    parts: list[object] = [result_tree(result)]
+    if result.error is not None:
+        where = f" (field {result.error.field})" if result.error.field else ""
+        parts.append(Text(f"error: {result.error.code}{where}: {result.error.message}", style="bold red"))
+    parts.append(Text("answer: " + (result.answer if result.answer is not None else "—"), style="bold green"))
+    if result.verdict is not None:
+        parts.append(Text(f"verdict: {result.verdict.outcome} ({result.verdict.reason}); reward {result.reward}"))
+    t = result.usage.total
+    parts.append(Text(f"usage: {t.calls} calls, {t.total_tokens} tokens, ${t.cost_usd:.5f}; {result.latency_s:.2f}s"))
+    return Group(*parts)
+
+
+def demo_table(rows: Sequence[tuple[str, str, SolveResult]]) -> Table:
+    """``rows`` = (question id, domain, result)."""
+    table = Table(title="Conductor demo results", show_lines=False)
+    for col in ("id", "domain", "correct", "steps", "workers", "tokens", "$", "latency s"):
+        table.add_column(col, justify="right" if col in {"steps", "tokens", "$", "latency s"} else "left")
+    for qid, domain, res in rows:
+        steps = [s for r in res.workflows for s in r.steps]
+        workers = ",".join(dict.fromkeys(s.worker for s in steps)) or "—"
+        if res.error is not None and res.verdict is None:
+            correct = Text(f"error: {res.error.code}", style="red")
+        elif res.verdict is None:
+            correct = Text("—")
+        else:
+            ok = res.verdict.outcome == "correct"
+            correct = Text("yes" if ok else str(res.verdict.outcome), style="green" if ok else "red")
+        t = res.usage.total
+        table.add_row(
+            qid, domain, correct, str(len(steps)), workers, str(t.total_tokens), f"{t.cost_usd:.5f}", f"{res.latency_s:.2f}"
+        )
+    return table
