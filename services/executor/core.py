@@ -1,5 +1,6 @@
-"""Run a task: validate, plan, execute the workflow's steps, recurse, verify, account usage — the one code path
-for production solves and (later) training rollouts.
+"""Run a task: plan, execute the workflow's steps, recurse, verify, account usage — the one code path for
+production solves and training rollouts, with an optional checkpoint after every step so a redelivered task
+resumes without repeating finished worker calls.
 
 Steps run in workflow order semantically; a step starts as soon as every step it may see has finished, so
 independent steps (access ``[]``) overlap in time without changing any worker's inputs.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 import structlog
@@ -18,20 +19,16 @@ import structlog
 from conductor.pool import Pool, WorkerSpec
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest, PriorRound, Workflow
-from schemas.solve import (
-    Budget,
-    ProgressEvent,
-    RoundRecord,
-    SolveRequest,
-    SolveResult,
-    StepRecord,
-)
+from schemas.solve import ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
+from schemas.tasks import TaskCheckpoint
 from schemas.usage import Usage, UsageSummary
 from schemas.verify import Outcome, Reference, TextReference, Verdict, VerifyBatch, VerifyRequest
 from schemas.work import WorkReply, WorkRequest
+from services.executor.budget import BudgetMeter, merge_budget
 from services.executor.config import ExecutorSettings
 from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
 from services.executor.transport import Transport
+from services.executor.validation import validate
 
 log = structlog.get_logger("conductor.executor")
 
@@ -40,43 +37,7 @@ REWARD_CORRECT = 1.0
 REWARD_WRONG = 0.5
 REWARD_UNPARSEABLE = 0.0
 
-
-def bad_request(message: str, field: str) -> ErrorInfo:
-    return ErrorInfo(code=ErrorCode.BAD_REQUEST, message=message, field=field)
-
-
-def validate(req: SolveRequest, pool: Pool, settings: ExecutorSettings) -> ErrorInfo | None:
-    """Semantic checks the schema cannot express; each failure names the field."""
-    if not req.question.strip():
-        return bad_request("question must not be empty", "question")
-    if len(req.question) > settings.max_question_chars:
-        return bad_request(f"question exceeds {settings.max_question_chars} characters", "question")
-    if req.task_id is not None and not _valid_task_id(req.task_id):
-        return bad_request("task_id must be 1-128 characters of letters, digits, '-', '_' or '.'", "task_id")
-    if req.pool is not None:
-        if not req.pool:
-            return bad_request("pool must name at least one worker", "pool")
-        known = set(pool.names())
-        for i, name in enumerate(req.pool):
-            if name not in known:
-                return bad_request(f"unknown worker {name!r}; known: {sorted(known)}", f"pool[{i}]")
-        if len(set(req.pool)) != len(req.pool):
-            return bad_request("pool names a worker twice", "pool")
-    if req.max_steps is not None and not 1 <= req.max_steps <= settings.max_steps_cap:
-        return bad_request(f"max_steps must be within 1..{settings.max_steps_cap}", "max_steps")
-    if not 0 <= req.max_rounds <= settings.max_rounds_cap:
-        return bad_request(f"max_rounds must be within 0..{settings.max_rounds_cap}", "max_rounds")
-    if req.budget is not None:
-        for name in ("max_calls", "max_tokens", "max_cost_usd", "max_wall_s"):
-            value = getattr(req.budget, name)
-            if value is not None and value <= 0:
-                return bad_request("budget limits must be positive", f"budget.{name}")
-    return None
-
-
-def _valid_task_id(task_id: str) -> bool:
-    # task ids become NATS subject tokens and KV keys: keep them to a safe alphabet
-    return 0 < len(task_id) <= 128 and all(c.isalnum() or c in "-_." for c in task_id) and ".." not in task_id
+Checkpointer = Callable[[TaskCheckpoint], Awaitable[None]]
 
 
 def as_reference(ref: str | Reference, domain: str | None) -> Reference:
@@ -95,44 +56,67 @@ def reward_for(verdict: Verdict | None, parsed: bool) -> float | None:
     return REWARD_CORRECT if verdict.outcome == Outcome.CORRECT else REWARD_WRONG
 
 
-class BudgetMeter:
-    """Counts what a task has spent; ``exceeded`` names the first limit crossed."""
-
-    def __init__(self, budget: Budget) -> None:
-        self.budget = budget
-        self.started = time.monotonic()
-        self.usage = Usage()
-
-    def add(self, usage: Usage) -> None:
-        self.usage = self.usage + usage
-
-    def exceeded(self) -> str | None:
-        b, u = self.budget, self.usage
-        if b.max_calls is not None and u.calls >= b.max_calls:
-            return f"max_calls={b.max_calls} reached"
-        if b.max_tokens is not None and u.total_tokens >= b.max_tokens:
-            return f"max_tokens={b.max_tokens} reached ({u.total_tokens})"
-        if b.max_cost_usd is not None and u.cost_usd >= b.max_cost_usd:
-            return f"max_cost_usd={b.max_cost_usd} reached ({u.cost_usd:.6f})"
-        if b.max_wall_s is not None and time.monotonic() - self.started >= b.max_wall_s:
-            return f"max_wall_s={b.max_wall_s} reached"
-        return None
-
-    def remaining_wall(self) -> float | None:
-        if self.budget.max_wall_s is None:
-            return None
-        return max(0.0, self.budget.max_wall_s - (time.monotonic() - self.started))
+def usage_summary(rounds: Sequence[RoundRecord]) -> UsageSummary:
+    """Usage is derived from the records, never counted twice: per worker from steps, planner from rounds."""
+    by_worker: dict[str, Usage] = {}
+    planner = Usage()
+    for rnd in rounds:
+        planner = planner + rnd.planner_usage
+        for step in rnd.steps:
+            by_worker[step.worker] = by_worker.get(step.worker, Usage()) + step.usage
+    return UsageSummary(by_worker=by_worker, planner=planner, total=sum(by_worker.values(), Usage()) + planner)
 
 
-def merge_budget(default: Budget, req: Budget | None) -> Budget:
-    if req is None:
-        return default
-    return Budget(
-        max_calls=req.max_calls if req.max_calls is not None else default.max_calls,
-        max_tokens=req.max_tokens if req.max_tokens is not None else default.max_tokens,
-        max_cost_usd=req.max_cost_usd if req.max_cost_usd is not None else default.max_cost_usd,
-        max_wall_s=req.max_wall_s if req.max_wall_s is not None else default.max_wall_s,
-    )
+class TaskState:
+    """A task's progress in memory; ``checkpoint()`` is its durable form.
+
+    ``rounds`` are finished rounds; ``current`` is the round in progress (its steps finished so far, in any order)
+    with ``workflow`` its plan.
+    """
+
+    def __init__(self, task_id: str, request: SolveRequest) -> None:
+        self.task_id = task_id
+        self.request = request
+        self.rounds: list[RoundRecord] = []
+        self.current: RoundRecord | None = None
+        self.workflow: Workflow | None = None
+        self.previous: list[PriorRound] = []
+        self.answer: str | None = None
+        self.wall_offset_s = 0.0
+        self.deliveries = 1
+
+    @classmethod
+    def resume(cls, cp: TaskCheckpoint) -> TaskState:
+        state = cls(cp.task_id, cp.request)
+        rounds = list(cp.rounds)
+        if cp.workflow is not None and rounds:
+            state.current, state.workflow = rounds.pop(), cp.workflow
+        state.rounds = rounds
+        state.previous = list(cp.previous)
+        state.answer = cp.answer
+        state.wall_offset_s = cp.wall_s
+        state.deliveries = cp.deliveries + 1
+        return state
+
+    def all_rounds(self) -> list[RoundRecord]:
+        return [*self.rounds, self.current] if self.current is not None else list(self.rounds)
+
+    def checkpoint(self, elapsed_s: float) -> TaskCheckpoint:
+        return TaskCheckpoint(
+            task_id=self.task_id,
+            request=self.request,
+            rounds=self.all_rounds(),
+            workflow=self.workflow,
+            previous=self.previous,
+            answer=self.answer,
+            spent=usage_summary(self.all_rounds()).total,
+            wall_s=elapsed_s,
+            deliveries=self.deliveries,
+        )
+
+    def add_step(self, record: StepRecord) -> None:
+        assert self.current is not None
+        self.current = msgspec.structs.replace(self.current, steps=[*self.current.steps, record])
 
 
 class RoundOutcome:
@@ -150,118 +134,159 @@ class Executor:
         self.settings = settings
         self.transport = transport
 
-    async def solve(self, req: SolveRequest) -> SolveResult:
+    async def solve(
+        self,
+        req: SolveRequest,
+        *,
+        resume: TaskCheckpoint | None = None,
+        checkpoint: Checkpointer | None = None,
+    ) -> SolveResult:
+        """Run a task to its result. ``resume`` continues a checkpointed task; ``checkpoint`` is called with the
+        task's state after every plan and every finished step (serialised, never concurrently)."""
         started = time.monotonic()
-        task_id = req.task_id or uuid.uuid4().hex
+        task_id = req.task_id or (resume.task_id if resume else None) or uuid.uuid4().hex
         error = validate(req, self.pool, self.settings)
         if error is not None:
             return SolveResult(task_id=task_id, error=error)
+        state = TaskState.resume(resume) if resume is not None else TaskState(task_id, req)
         with structlog.contextvars.bound_contextvars(task_id=task_id):
-            result = await self._solve(req, task_id)
-        result = _with_latency(result, time.monotonic() - started)
-        await self._progress(ProgressEvent(task_id=task_id, kind="done", error=result.error))
+            result = await _TaskRun(self, state, checkpoint).run()
+        result = msgspec.structs.replace(result, latency_s=time.monotonic() - started + state.wall_offset_s)
+        await self.progress(ProgressEvent(task_id=task_id, kind="done", error=result.error))
         return result
 
-    async def _solve(self, req: SolveRequest, task_id: str) -> SolveResult:
-        workers = self.pool.subset(req.pool)
-        cards = self.pool.cards(workers)
-        max_steps = req.max_steps or self.settings.default_max_steps
-        meter = BudgetMeter(merge_budget(self.settings.default_budget, req.budget))
-        rounds: list[RoundRecord] = []
-        previous: list[PriorRound] = []
-        answer: str | None = None
-        error: ErrorInfo | None = None
-        by_worker: dict[str, Usage] = {}
-        planner_usage = Usage()
+    async def progress(self, event: ProgressEvent) -> None:
+        # Progress is best effort by design: a lost event never fails a task.
+        try:
+            await self.transport.progress(event)
+        except Exception as exc:  # noqa: BLE001 - logged, and the task goes on
+            log.warning("progress event not published", kind=event.kind, error=repr(exc))
 
-        for rnd in range(req.max_rounds + 1):
+
+class _TaskRun:
+    """One delivery of one task."""
+
+    def __init__(self, ex: Executor, state: TaskState, checkpoint: Checkpointer | None) -> None:
+        self.ex = ex
+        self.state = state
+        self.req = state.request
+        self.workers = ex.pool.subset(self.req.pool)
+        self.meter = BudgetMeter(
+            merge_budget(ex.settings.default_budget, self.req.budget),
+            spent=_budget_spent(state.all_rounds()),
+            wall_offset_s=state.wall_offset_s,
+        )
+        self._checkpoint = checkpoint
+        self._save_lock = asyncio.Lock()
+
+    async def save(self) -> None:
+        if self._checkpoint is None:
+            return
+        async with self._save_lock:
+            await self._checkpoint(self.state.checkpoint(self.meter.elapsed()))
+
+    async def run(self) -> SolveResult:
+        st, req = self.state, self.req
+        error: ErrorInfo | None = None
+        for rnd in range(len(st.rounds), req.max_rounds + 1):
             structlog.contextvars.bind_contextvars(round=rnd)
-            if (reason := meter.exceeded()) is not None:
-                error = _budget_error(reason)
-                break
-            plan = await self.transport.plan(
-                PlanRequest(
-                    task_id=task_id,
-                    question=req.question,
-                    workers=cards,
-                    max_steps=max_steps,
-                    domain=req.domain,
-                    round=rnd,
-                    previous=previous,
-                    policy=req.policy,
-                ),
-                timeout=self.settings.plan_timeout_s,
-            )
-            planner_usage = planner_usage + plan.usage
-            record = _round_record(rnd, plan)
-            if plan.error is not None or plan.workflow is None:
-                rounds.append(record)
-                error = plan.error or ErrorInfo(code=ErrorCode.PLANNER_ERROR, message="planner sent no workflow")
-                break
-            if plan.handback:
-                rounds.append(record)
-                break
-            await self._progress(
-                ProgressEvent(task_id=task_id, kind="planned", round=rnd, steps_planned=len(plan.workflow))
-            )
-            outcome = await self._run_round(req, task_id, rnd, workers, plan.workflow, answer, meter)
-            for step in outcome.steps:
-                by_worker[step.worker] = by_worker.get(step.worker, Usage()) + step.usage
-            rounds.append(_replace_steps(record, outcome))
+            if st.workflow is None:
+                error, stop = await self._plan_round(rnd)
+                if stop:
+                    break
+            assert st.workflow is not None and st.current is not None
+            outcome = await self._run_round(rnd, st.workflow)
+            finished = msgspec.structs.replace(st.current, steps=outcome.steps, error=outcome.error)
+            st.rounds.append(finished)
+            st.current, st.workflow = None, None
             if outcome.error is not None:
                 error = outcome.error
-                answer = answer if answer is not None else _best_so_far(outcome.steps)
+                st.answer = st.answer if st.answer is not None else _best_so_far(outcome.steps)
                 break
-            answer = outcome.answer
-            previous = [*previous, PriorRound(completion=plan.completion, final_response=answer or "")]
+            st.answer = outcome.answer
+            st.previous.append(PriorRound(completion=finished.completion, final_response=st.answer or ""))
+            await self.save()
         structlog.contextvars.unbind_contextvars("round")
-
-        verdict, reward = await self._verify(req, task_id, answer, parsed=_parsed(rounds))
-        total = sum(by_worker.values(), Usage()) + planner_usage
+        verdict, reward = await self._verify(parsed=_parsed(st.rounds))
         return SolveResult(
-            task_id=task_id,
-            answer=answer,
-            workflows=rounds,
-            usage=UsageSummary(by_worker=by_worker, planner=planner_usage, total=total),
+            task_id=st.task_id,
+            answer=st.answer,
+            workflows=st.rounds,
+            usage=usage_summary(st.rounds),
             verdict=verdict,
             reward=reward,
             error=error,
         )
 
-    async def _run_round(
-        self,
-        req: SolveRequest,
-        task_id: str,
-        rnd: int,
-        workers: Sequence[WorkerSpec],
-        wf: Workflow,
-        previous_answer: str | None,
-        meter: BudgetMeter,
-    ) -> RoundOutcome:
+    async def _plan_round(self, rnd: int) -> tuple[ErrorInfo | None, bool]:
+        """Ask the planner for this round's workflow. Returns (error, stop)."""
+        st, req = self.state, self.req
+        if (reason := self.meter.exceeded()) is not None:
+            return _budget_error(reason), True
+        plan = await self.ex.transport.plan(
+            PlanRequest(
+                task_id=st.task_id,
+                question=req.question,
+                workers=self.ex.pool.cards(self.workers),
+                max_steps=req.max_steps or self.ex.settings.default_max_steps,
+                domain=req.domain,
+                round=rnd,
+                previous=st.previous,
+                policy=req.policy,
+            ),
+            timeout=self.ex.settings.plan_timeout_s,
+        )
+        self.meter.add_planner(plan.usage)
+        record = _round_record(rnd, plan)
+        if plan.error is not None or plan.workflow is None:
+            st.rounds.append(record)
+            return plan.error or ErrorInfo(code=ErrorCode.PLANNER_ERROR, message="planner sent no workflow"), True
+        if plan.handback:
+            st.rounds.append(record)
+            return None, True
+        st.current, st.workflow = record, plan.workflow
+        await self.save()
+        await self.ex.progress(
+            ProgressEvent(task_id=st.task_id, kind="planned", round=rnd, steps_planned=len(plan.workflow))
+        )
+        return None, False
+
+    async def _run_round(self, rnd: int, wf: Workflow) -> RoundOutcome:
         n = len(wf)
-        done: list[asyncio.Future[StepRecord]] = [asyncio.get_running_loop().create_future() for _ in range(n)]
+        loop = asyncio.get_running_loop()
+        done: list[asyncio.Future[StepRecord]] = [loop.create_future() for _ in range(n)]
+        assert self.state.current is not None
+        for rec in self.state.current.steps:  # finished before a restart: not run again
+            done[rec.index].set_result(rec)
+        previous_answer = self.state.answer if rnd > 0 else None
         stop = asyncio.Event()
         stop_error: list[ErrorInfo] = []
 
         async def run_step(i: int) -> None:
-            deps = granted_steps(i, wf.access_list[i])
-            records = [await done[j] for j in deps]
+            if done[i].done():
+                return
+            records = [await done[j] for j in granted_steps(i, wf.access_list[i])]
             if stop.is_set() or any(r.error is not None for r in records):
-                done[i].set_result(_skipped(i, wf, workers))
+                done[i].set_result(_skipped(i, wf, self.workers))
+                return
+            if (reason := self.meter.exceeded()) is not None:
+                stop_error.append(_budget_error(reason))
+                stop.set()
+                done[i].set_result(_skipped(i, wf, self.workers))
                 return
             history = [(r.subtask, r.response) for r in records]
             if previous_answer is not None and wf.access_list[i] == "all":
                 history.insert(0, (PREVIOUS_ROUND_SUBTASK, previous_answer))
-            if (reason := meter.exceeded()) is not None:
-                stop_error.append(_budget_error(reason))
-                stop.set()
-                done[i].set_result(_skipped(i, wf, workers))
+            record = await self._call_worker(rnd, i, wf, history)
+            if record.error is not None:
+                if not stop.is_set():
+                    stop_error.append(record.error)
+                    stop.set()
+                done[i].set_result(record)
                 return
-            record = await self._call_worker(req, task_id, rnd, i, wf, workers, history, meter)
-            if record.error is not None and not stop.is_set():
-                stop_error.append(record.error)
-                stop.set()
             done[i].set_result(record)
+            self.state.add_step(record)
+            await self.save()
 
         tasks = [asyncio.create_task(run_step(i)) for i in range(n)]
         try:
@@ -274,38 +299,27 @@ class Executor:
             return RoundOutcome(steps, None, stop_error[0])
         return RoundOutcome(steps, steps[-1].response, None)
 
-    async def _call_worker(
-        self,
-        req: SolveRequest,
-        task_id: str,
-        rnd: int,
-        i: int,
-        wf: Workflow,
-        workers: Sequence[WorkerSpec],
-        history: list[tuple[str, str]],
-        meter: BudgetMeter,
-    ) -> StepRecord:
-        worker = workers[wf.model_id[i]]
-        timeout = self.settings.work_timeout_s
-        remaining = meter.remaining_wall()
+    async def _call_worker(self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]]) -> StepRecord:
+        worker = self.workers[wf.model_id[i]]
+        timeout = self.ex.settings.work_timeout_s
+        remaining = self.meter.remaining_wall()
         if remaining is not None:
             timeout = min(timeout, max(remaining, 0.001))
-        reply = await self.transport.work(
+        reply = await self.ex.transport.work(
             WorkRequest(
                 worker=worker.name,
-                messages=build_messages(req.question, wf.subtasks[i], history),
-                task_id=task_id,
+                messages=build_messages(self.req.question, wf.subtasks[i], history),
+                task_id=self.state.task_id,
                 round=rnd,
                 step=i,
-                cache=req.cache,
+                cache=self.req.cache,
             ),
             timeout=timeout,
         )
-        meter.add(reply.usage)
-        record = _step_record(i, wf, worker.name, reply)
-        await self._progress(
+        self.meter.add(reply.usage)
+        await self.ex.progress(
             ProgressEvent(
-                task_id=task_id,
+                task_id=self.state.task_id,
                 kind="step_done",
                 round=rnd,
                 step=i,
@@ -316,11 +330,10 @@ class Executor:
                 error=reply.error,
             )
         )
-        return record
+        return _step_record(i, wf, worker.name, reply)
 
-    async def _verify(
-        self, req: SolveRequest, task_id: str, answer: str | None, *, parsed: bool
-    ) -> tuple[Verdict | None, float | None]:
+    async def _verify(self, *, parsed: bool) -> tuple[Verdict | None, float | None]:
+        req, task_id, answer = self.req, self.state.task_id, self.state.answer
         if req.reference is None:
             return None, None
         if answer is None:
@@ -337,20 +350,17 @@ class Executor:
                 )
             ]
         )
-        result = await self.transport.verify(batch, timeout=self.settings.verify_timeout_s)
+        result = await self.ex.transport.verify(batch, timeout=self.ex.settings.verify_timeout_s)
         if result.error is not None or len(result.verdicts) != 1:
             err = result.error or ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message="verifier returned no verdict")
-            verdict = Verdict(id=task_id, outcome=Outcome.ERROR, reason=err.message, error=err)
-            return verdict, None
+            return Verdict(id=task_id, outcome=Outcome.ERROR, reason=err.message, error=err), None
         verdict = result.verdicts[0]
         return verdict, reward_for(verdict, parsed)
 
-    async def _progress(self, event: ProgressEvent) -> None:
-        # Progress is best effort by design: a lost event never fails a task.
-        try:
-            await self.transport.progress(event)
-        except Exception as exc:  # noqa: BLE001 - logged, and the task goes on
-            log.warning("progress event not published", kind=event.kind, error=repr(exc))
+
+def _budget_spent(rounds: Sequence[RoundRecord]) -> Usage:
+    summary = usage_summary(rounds)
+    return msgspec.structs.replace(summary.total, calls=summary.total.calls - summary.planner.calls)
 
 
 def _best_so_far(steps: list[StepRecord]) -> str | None:
@@ -381,10 +391,6 @@ def _round_record(rnd: int, plan: PlanReply) -> RoundRecord:
     )
 
 
-def _replace_steps(record: RoundRecord, outcome: RoundOutcome) -> RoundRecord:
-    return msgspec.structs.replace(record, steps=outcome.steps, error=outcome.error)
-
-
 def _step_record(i: int, wf: Workflow, worker: str, reply: WorkReply) -> StepRecord:
     return StepRecord(
         index=i,
@@ -409,7 +415,3 @@ def _skipped(i: int, wf: Workflow, workers: Sequence[WorkerSpec]) -> StepRecord:
         access=wf.access_list[i],
         error=ErrorInfo(code=ErrorCode.SKIPPED, message="step not run: an earlier step failed or the budget ran out"),
     )
-
-
-def _with_latency(result: SolveResult, latency: float) -> SolveResult:
-    return msgspec.structs.replace(result, latency_s=latency)

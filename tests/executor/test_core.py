@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from conductor.pool import load_pool
@@ -11,7 +12,8 @@ from schemas.plan import Workflow
 from schemas.solve import Budget, SolveRequest
 from schemas.verify import Outcome
 from services.executor.config import ExecutorSettings
-from services.executor.core import Executor, reward_for, validate
+from services.executor.core import Executor, reward_for
+from services.executor.validation import validate
 from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
 from tests.executor.fakes import ScriptedTransport
 
@@ -155,3 +157,47 @@ def test_reward_masks_verifier_errors():
 
     assert reward_for(Verdict(id="x", outcome=Outcome.ERROR, reason="died"), parsed=True) is None
     assert reward_for(None, parsed=False) == 0.0
+
+
+async def test_checkpoint_after_every_plan_and_step_and_resume_skips_finished_calls():
+    saved = []
+
+    async def checkpoint(cp):
+        saved.append(cp)
+
+    plan = wf([0, 1, 2], [[], "all", "all"])
+    t = ScriptedTransport([plan])
+    full = await Executor(POOL, SETTINGS, t).solve(SolveRequest(question="Q?", task_id="t1"), checkpoint=checkpoint)
+    assert full.error is None
+    # plan, 3 steps, end of round
+    assert [len(cp.rounds[-1].steps) if cp.workflow else "end" for cp in saved] == [0, 1, 2, 3, "end"]
+
+    mid = saved[2]  # plan + steps 0 and 1 finished; step 2 was in flight when the process died
+    t2 = ScriptedTransport([])  # the planner must not be asked again
+    resumed = await Executor(POOL, SETTINGS, t2).solve(mid.request, resume=mid)
+    assert resumed.error is None and not t2.plan_requests
+    assert [r.step for r in t2.work_requests] == [2]  # only the in-flight call re-runs
+    assert resumed.answer == full.answer
+    assert resumed.usage.total == full.usage.total  # usage of finished steps is carried, not re-counted
+    assert [s.index for s in resumed.workflows[0].steps] == [0, 1, 2]
+
+
+async def test_resume_between_rounds_and_budget_carries_over():
+    saved = []
+
+    async def checkpoint(cp):
+        saved.append(cp)
+
+    t = ScriptedTransport([wf([0], [[]]), wf([1], ["all"])])
+    await Executor(POOL, SETTINGS, t).solve(SolveRequest(question="Q?", max_rounds=1), checkpoint=checkpoint)
+    between = next(cp for cp in saved if cp.workflow is None)
+    t2 = ScriptedTransport([wf([1], ["all"])])
+    res = await Executor(POOL, SETTINGS, t2).solve(between.request, resume=between)
+    assert len(t2.plan_requests) == 1 and t2.plan_requests[0].round == 1
+    assert t2.plan_requests[0].previous[0].final_response == "sim-frontier@0: saw 1 msgs"
+    assert res.answer == "sim-math@0: saw 3 msgs"
+
+    limited = msgspec.structs.replace(between.request, budget=Budget(max_calls=1))
+    t3 = ScriptedTransport([wf([1], ["all"])])
+    res = await Executor(POOL, SETTINGS, t3).solve(limited, resume=msgspec.structs.replace(between, request=limited))
+    assert res.error.code == ErrorCode.BUDGET_EXCEEDED and not t3.work_requests

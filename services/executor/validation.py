@@ -1,0 +1,46 @@
+"""Semantic checks on a solve request that the schema cannot express; each failure names the field."""
+
+from __future__ import annotations
+
+from conductor.pool import Pool
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.solve import SolveRequest
+from services.executor.config import ExecutorSettings
+
+
+def bad_request(message: str, field: str) -> ErrorInfo:
+    return ErrorInfo(code=ErrorCode.BAD_REQUEST, message=message, field=field)
+
+
+def validate(req: SolveRequest, pool: Pool, settings: ExecutorSettings) -> ErrorInfo | None:
+    """Semantic checks the schema cannot express; each failure names the field."""
+    if not req.question.strip():
+        return bad_request("question must not be empty", "question")
+    if len(req.question) > settings.max_question_chars:
+        return bad_request(f"question exceeds {settings.max_question_chars} characters", "question")
+    if req.task_id is not None and not _valid_task_id(req.task_id):
+        return bad_request("task_id must be 1-128 characters of letters, digits, '-', '_' or '.'", "task_id")
+    if req.pool is not None:
+        if not req.pool:
+            return bad_request("pool must name at least one worker", "pool")
+        known = set(pool.names())
+        for i, name in enumerate(req.pool):
+            if name not in known:
+                return bad_request(f"unknown worker {name!r}; known: {sorted(known)}", f"pool[{i}]")
+        if len(set(req.pool)) != len(req.pool):
+            return bad_request("pool names a worker twice", "pool")
+    if req.max_steps is not None and not 1 <= req.max_steps <= settings.max_steps_cap:
+        return bad_request(f"max_steps must be within 1..{settings.max_steps_cap}", "max_steps")
+    if not 0 <= req.max_rounds <= settings.max_rounds_cap:
+        return bad_request(f"max_rounds must be within 0..{settings.max_rounds_cap}", "max_rounds")
+    if req.budget is not None:
+        for name in ("max_calls", "max_tokens", "max_cost_usd", "max_wall_s"):
+            value = getattr(req.budget, name)
+            if value is not None and value <= 0:
+                return bad_request("budget limits must be positive", f"budget.{name}")
+    return None
+
+
+def _valid_task_id(task_id: str) -> bool:
+    # task ids become NATS subject tokens and KV keys: keep them to a safe alphabet
+    return 0 < len(task_id) <= 128 and all(c.isalnum() or c in "-_." for c in task_id) and ".." not in task_id
