@@ -1,0 +1,144 @@
+"""Pull the final answer out of a model response: strip thinking, then find boxed answers, answer tags or code.
+
+Every function here is pure and linear-time on its input (no regex that can backtrack catastrophically), because
+responses are written by the policy under training and may be adversarial.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+THINK_TAGS = ("think", "thinking", "reasoning", "thought")
+_OPEN = re.compile(r"<(" + "|".join(THINK_TAGS) + r")\b[^>]{0,40}>", re.IGNORECASE)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+_BOX_CMD = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_FINAL_CUE = re.compile(r"final answer\s*(?:is|:|：)\s*", re.IGNORECASE)
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*\n", re.MULTILINE)
+PYTHON_LANGS = {"python", "py", "python3", "py3"}
+
+
+class Answers(msgspec.Struct, frozen=True, kw_only=True):
+    """Every final-answer candidate in the answer region, in order; the last one is *the* answer."""
+
+    items: list[str]
+    source: str  # "boxed" | "answer_tag" | "final_cue" | "none"
+
+    @property
+    def last(self) -> str | None:
+        return self.items[-1] if self.items else None
+
+
+def strip_thinking(text: str) -> str:
+    """Drop every <think>…</think> block (and the like). An unclosed block swallows the rest: thinking that never
+    ended has no final answer. A stray closing tag (template put the opening one in the prompt) drops what precedes."""
+    out: list[str] = []
+    pos = 0
+    lower = text.lower()
+    while True:
+        m = _OPEN.search(text, pos)
+        if not m:
+            out.append(text[pos:])
+            break
+        out.append(text[pos : m.start()])
+        close = lower.find(f"</{m.group(1).lower()}>", m.end())
+        if close < 0:
+            break
+        pos = close + len(m.group(1)) + 3
+    result = "".join(out)
+    low = result.lower()
+    cut = 0
+    for tag in THINK_TAGS:
+        at = low.rfind(f"</{tag}>")
+        if at >= 0:
+            cut = max(cut, at + len(tag) + 3)
+    return result[cut:]
+
+
+def balanced(text: str, open_at: int) -> str | None:
+    """Contents of the brace group whose ``{`` is at ``open_at``; None when it never closes."""
+    depth = 0
+    i = open_at
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_at + 1 : i]
+        i += 1
+    return None
+
+
+def boxed_all(text: str) -> list[str]:
+    """Every ``\\boxed{…}`` / ``\\fbox{…}`` in order (nested boxes count once, the outer one)."""
+    found: list[str] = []
+    pos = 0
+    while True:
+        m = _BOX_CMD.search(text, pos)
+        if not m:
+            return found
+        inner = balanced(text, m.end() - 1)
+        if inner is None:
+            return found
+        found.append(inner.strip())
+        pos = m.end() - 1 + len(inner) + 2
+
+
+def final_answers(response: str) -> Answers:
+    """The answer region's candidates: answer tags (a box inside a tag wins), else boxes, else a 'final answer:' line.
+
+    Never the last number in the text: a response without an explicit final answer has none.
+    """
+    region = strip_thinking(response)
+    tags = [m.group(1) for m in _ANSWER_TAG.finditer(region)]
+    if tags:
+        items = [(boxed_all(t) or [t.strip()])[-1] for t in tags]
+        return Answers(items=[i for i in items if i], source="answer_tag")
+    boxes = [b for b in boxed_all(region) if b]
+    if boxes:
+        return Answers(items=boxes, source="boxed")
+    cues = list(_FINAL_CUE.finditer(region))
+    if cues:
+        line = region[cues[-1].end() :].split("\n", 1)[0].strip()
+        line = line.strip("$ ").rstrip(".").strip()
+        if line:
+            return Answers(items=[line], source="final_cue")
+    return Answers(items=[], source="none")
+
+
+def last_python_block(response: str) -> str:
+    """The last fenced Python block; else the last unlabelled block; else the whole response (thinking removed).
+
+    An unterminated final fence (a truncated response) yields what follows it: the program will simply fail if it
+    is incomplete, which is the honest outcome.
+    """
+    text = strip_thinking(response)
+    python: list[str] = []
+    plain: list[str] = []
+    pos = 0
+    while True:
+        m = _FENCE.search(text, pos)
+        if not m:
+            break
+        fence, lang = m.group(1), m.group(2).lower()
+        close = re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$", re.MULTILINE)
+        end = close.search(text, m.end())
+        body = text[m.end() : end.start() if end else len(text)]
+        if lang in PYTHON_LANGS:
+            python.append(body)
+        elif not lang:
+            plain.append(body)
+        if not end:
+            break
+        pos = end.end()
+    if python:
+        return python[-1]
+    if plain:
+        return plain[-1]
+    return text

@@ -1,0 +1,101 @@
+"""Multiple-choice grading (GPQA, MMLU): find the letter the response commits to, never guess one.
+
+A letter counts only when the response states it as its answer: "Answer: C", "the correct option is (C)",
+"**C**" alone on a line, ``\\boxed{C}``, ``<answer>C</answer>``, or a short response that is just a letter. Stray
+capitals ("I think", "Option A is wrong") and option texts never count. A response that states several different
+letters is wrong, not right: hedging must not pay.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import msgspec
+
+from services.verifier.extract import boxed_all, strip_thinking
+
+LETTERS = "ABCDEFGHIJ"
+_DECOR = r"[\s*_`$\\(\[{]*(?:text(?:bf)?\{)?[\s*_`(\[{]*"
+_CUE = re.compile(
+    r"(?i:\banswer|\bcorrect (?:option|choice|letter)|\bbest (?:option|choice|answer)|\bright (?:option|choice))"
+    r"(?i:\s+(?:is|would be|should be))?(?:\s*(?:[:=]|-))?\s*(?i:option|choice|letter)?\s*:?" + _DECOR
+    + r"(?:(?P<upper>[A-J])(?![A-Za-z0-9])|(?P<lower>[a-j])(?=[\s*_`)\]}.,;:!]*(?:$|\n)|[)\]}.,;:!]))",
+    re.MULTILINE,
+)
+_MORE = re.compile(r"\s*[)\]}*_`]*\s*(?:,|\band\b|\bor\b|/|&)\s*[*_`(\[]*\s*([A-J])(?![A-Za-z0-9])")
+_BARE_LINE = re.compile(r"^[\s*_`>#-]*[(\[]?\s*([A-J])\s*[)\]]?[\s*_`.:]*$", re.MULTILINE)
+_LEADING = re.compile(r"^[\s*_`]*[(\[]?([A-J])(?:[)\].:]|\s*$)")
+SHORT_RESPONSE = 200
+
+
+class Choice(msgspec.Struct, frozen=True, kw_only=True):
+    letters: list[str]  # every distinct letter the response states as its answer, in order of first statement
+    source: str  # "answer_tag" | "boxed" | "cue" | "bare_line" | "leading" | "none"
+
+
+def normalize(text: str) -> str:
+    """NFKC folds full-width letters, colons and brackets ("Ａｎｓｗｅｒ：（Ｃ）") into ASCII."""
+    return unicodedata.normalize("NFKC", text)
+
+
+def letter_of(fragment: str) -> list[str]:
+    """Letters in a short answer fragment such as "C", "(c)", "\\text{C}", "A, C"; [] when it is not letters."""
+    cleaned = re.sub(r"\\text(?:bf)?\{([^{}]*)\}", r"\1", normalize(fragment))
+    cleaned = re.sub(r"[\s$*_`()\[\]{}.]", "", cleaned)
+    parts = [p for p in re.split(r",|/|&|\band\b|\bor\b", cleaned) if p]
+    if parts and all(len(p) == 1 and p.upper() in LETTERS for p in parts):
+        return [p.upper() for p in parts]
+    return []
+
+
+def _dedupe(letters: list[str]) -> list[str]:
+    return list(dict.fromkeys(letters))
+
+
+def extract_choice(response: str) -> Choice:
+    region = normalize(strip_thinking(response))
+    tags = re.findall(r"<answer>(.*?)</answer>", region, re.IGNORECASE | re.DOTALL)
+    if tags:
+        letters = [letter for t in tags for letter in (letter_of((boxed_all(t) or [t])[-1]))]
+        return Choice(letters=_dedupe(letters), source="answer_tag")
+    boxes = boxed_all(region)
+    if boxes:
+        return Choice(letters=_dedupe([letter for b in boxes for letter in letter_of(b)]), source="boxed")
+    stated: list[str] = []
+    for m in _CUE.finditer(region):
+        stated.append((m.group("upper") or m.group("lower")).upper())
+        more = _MORE.match(region, m.end())
+        while more:
+            stated.append(more.group(1).upper())
+            more = _MORE.match(region, more.end())
+    if stated:
+        return Choice(letters=_dedupe(stated), source="cue")
+    bare = [m.group(1) for m in _BARE_LINE.finditer(region)]
+    if bare:
+        return Choice(letters=_dedupe(bare), source="bare_line")
+    stripped = region.strip()
+    lead = _LEADING.match(stripped)
+    if lead and len(stripped) <= SHORT_RESPONSE:
+        return Choice(letters=[lead.group(1)], source="leading")
+    return Choice(letters=[], source="none")
+
+
+def gold_letter(answer: str) -> str | None:
+    letters = letter_of(answer)
+    return letters[0] if len(letters) == 1 else None
+
+
+def grade(response: str, gold: str, n_choices: int | None) -> tuple[bool, str, str | None]:
+    """(correct, reason, extracted letter)."""
+    choice = extract_choice(response)
+    if not choice.letters:
+        return False, "no answer letter found", None
+    if len(choice.letters) > 1:
+        return False, f"several different letters stated: {', '.join(choice.letters)}", ",".join(choice.letters)
+    letter = choice.letters[0]
+    if n_choices is not None and LETTERS.index(letter) >= n_choices:
+        return False, f"letter {letter} is not one of the {n_choices} options", letter
+    if letter == gold:
+        return True, f"letter {letter} ({choice.source})", letter
+    return False, f"letter {letter} ({choice.source}), expected {gold}", letter

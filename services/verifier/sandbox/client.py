@@ -1,0 +1,88 @@
+"""The host side of the sandbox: start the supervisors, learn which isolation layers are really active, send jobs.
+
+Layer status comes from each supervisor's own probe from the inside, plus what only the host knows (the backend).
+A missing layer is logged as a warning at start-up; a missing *required* layer makes every code job an
+infrastructure error instead of running the program with less isolation than the operator asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import msgspec
+
+from services.verifier.config import ALL_LAYERS, Settings
+from services.verifier.pool import Lease, WorkerPool
+from services.verifier.sandbox import launcher
+
+log = logging.getLogger(__name__)
+
+
+class LayerReport(msgspec.Struct, frozen=True, kw_only=True):
+    backend: str
+    active: dict[str, bool]
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name in ALL_LAYERS if not self.active.get(name, False)]
+
+    def describe(self) -> str:
+        on = ", ".join(n for n in ALL_LAYERS if self.active.get(n))
+        off = ", ".join(self.missing) or "none"
+        return f"backend={self.backend}; active: {on}; missing: {off}"
+
+
+class SandboxRefused(Exception):
+    """Required isolation layers are missing, so code is not run at all."""
+
+
+class Sandbox:
+    """A pool of warm sandbox supervisors plus what they reported about their isolation."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.backend = launcher.choose_backend(settings)
+        self.pool = WorkerPool("sandbox", self._spawn, settings.sandbox_workers, settings.worker_start_timeout_s)
+        self.layers = LayerReport(backend=self.backend, active={})
+        self.refusal: str | None = None
+
+    def _spawn(self, slot: int) -> tuple[list[str], dict[str, str] | None, str | None]:
+        plan = launcher.plan(self.settings, slot, self.backend)
+        return plan.argv, plan.env or None, "/"
+
+    async def start(self) -> LayerReport:
+        hellos = await self.pool.start()
+        active = {name: all(h["layers"].get(name, False) for h in hellos) for name in hellos[0]["layers"]}
+        if self.backend != "bwrap":
+            active["hidden"] = False
+        active["seccomp"] = False
+        self.layers = LayerReport(backend=self.backend, active=active)
+        missing_required = [n for n in self.settings.sandbox_require if not active.get(n, False)]
+        if self.layers.missing:
+            log.warning("SANDBOX ISOLATION INCOMPLETE: %s", self.layers.describe())
+        if missing_required:
+            self.refusal = f"required sandbox layers missing: {', '.join(missing_required)} ({self.layers.describe()})"
+            log.error("REFUSING TO RUN CODE: %s", self.refusal)
+        return self.layers
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    def limits(self, timeout: float) -> dict:
+        lim = self.settings.limits
+        mb = 1024 * 1024
+        return {"memory": lim.memory_mb * mb, "cpu": max(1, math.ceil(timeout) + 1), "fsize": lim.fsize_mb * mb,
+                "nproc": lim.nproc, "nofile": lim.nofile, "output": lim.output_mb * mb, "timeout": timeout}
+
+    def host_deadline(self, inner: float) -> float:
+        """Our own deadline for a job whose inner wall clock is ``inner``: generous, but always finite."""
+        return inner * 1.5 + self.settings.sandbox_grace_s
+
+    def lease(self):  # an async context manager yielding a Lease
+        if self.refusal:
+            raise SandboxRefused(self.refusal)
+        return self.pool.lease()
+
+    async def run(self, lease: Lease, job: dict, inner: float) -> dict:
+        return await lease.call(job, self.host_deadline(inner))

