@@ -63,6 +63,7 @@ class PlanReply(msgspec.Struct, frozen=True, kw_only=True):
     format_failures: list[str] = []  # the reason of each rejected sample
     usage: Usage = Usage()
     error: ErrorInfo | None = None
+    policy_error: ErrorInfo | None = None  # the backend failure the fallback stood in for (fallback_used=True)
 
     @property
     def handback(self) -> bool:

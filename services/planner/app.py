@@ -1,0 +1,61 @@
+"""Planner service: answers ``conductor.plan`` requests with a Conductor workflow (or a baseline's)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import structlog
+from faststream.nats import NatsBroker, NatsMessage, NatsRouter
+
+from conductor.wire import WireError, decode, encode
+from schemas.plan import PLAN_SUBJECT, PlanReply, PlanRequest
+from services.planner.config import PlannerSettings, build_policy
+from services.planner.core import Planner
+from services.planner.policy import Policy
+
+log = structlog.get_logger("conductor.planner")
+
+
+class PlannerService:
+    """``policy`` is the model policy backend (``build_policy`` from the settings, or a ``ScriptedPolicy`` in tests);
+    None when the configured policy is a baseline."""
+
+    name = "planner"
+
+    def __init__(self, settings: PlannerSettings, *, policy: Policy | None = None) -> None:
+        self.settings = settings
+        self._policy = policy
+        self.planner = Planner(settings, policy)
+        self.router = NatsRouter()
+        self.router.subscriber(
+            settings.common.subject(PLAN_SUBJECT),
+            queue="planner",
+            title="plan",
+            max_workers=settings.common.handler_concurrency,
+        )(self.handle_plan)
+
+    async def start(self, broker: NatsBroker) -> None:
+        log.info("planner ready", policy=self._policy.name if self._policy else self.settings.policy,
+                 fallback=self.settings.fallback, resamples=self.settings.resamples)  # fmt: skip
+
+    async def stop(self) -> None:
+        if self._policy is not None:
+            await self._policy.aclose()
+
+    async def handle_plan(self, msg: NatsMessage) -> bytes:
+        """JSON ``PlanRequest`` in, JSON ``PlanReply`` out; bad input is a typed error naming the field."""
+        try:
+            req = decode(msg.body, PlanRequest, max_bytes=self.settings.common.max_payload_bytes)
+        except WireError as exc:
+            log.info("rejected plan request", error=exc.info.message, field=exc.info.field)
+            return encode(PlanReply(policy="", error=exc.info))
+        with structlog.contextvars.bound_contextvars(task_id=req.task_id, round=req.round):
+            reply = await self.planner.plan(req)
+            log.info("planned", policy=reply.policy, steps=len(reply.workflow) if reply.workflow else None,
+                     attempts=reply.attempts, fallback=reply.fallback_used, error=reply.error and reply.error.code)  # fmt: skip
+        return encode(reply)
+
+
+def create_service(env: Mapping[str, str] | None = None) -> PlannerService:
+    settings = PlannerSettings.from_env(env)
+    return PlannerService(settings, policy=build_policy(settings, env))

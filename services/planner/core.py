@@ -1,0 +1,202 @@
+"""Plan one round: choose the policy, build the prompt, sample, parse; resample on format failures, then fall back.
+
+Serving rules (the training reward treats a format failure as 0, PAPER.md §3; a user should get an answer):
+
+- A model policy is sampled up to ``1 + resamples`` times; each unparseable sample's reason is recorded in
+  ``format_failures``. When all fail, the configured fallback baseline writes the workflow (``fallback_used``);
+  without a fallback the reply carries a non-retryable ``format_error`` (resampling already happened here).
+- A backend failure (``PolicyError``) goes straight to the fallback, recorded in ``policy_error``; without a
+  fallback it is a ``planner_error`` whose ``retryable`` says whether asking again may help.
+- ``PlanRequest.policy`` overrides the configured policy per request: a baseline spec (``moa``, ``single:2``,
+  ``refine:3``, ``consensus:5@1``, optionally prefixed ``baseline:``), or ``conductor`` / the configured policy's
+  own name for the model policy. Anything else is ``bad_request`` naming ``policy``.
+- Recursion rounds (``previous`` non-empty) use the recursion prompt and accept three empty lists (hand back).
+  Baselines, including the fallback, hand back on recursion rounds (see ``baselines``).
+"""
+
+from __future__ import annotations
+
+import msgspec
+import structlog
+
+from conductor.workflow import WorkflowFormatError, parse_completion
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.plan import PlanReply, PlanRequest
+from schemas.usage import Usage
+from services.planner.baselines import BaselineError, BaselineSpec, handback, parse_baseline, plan_baseline
+from services.planner.config import PlannerSettings
+from services.planner.policy import Policy, PolicyError
+from services.planner.prompts import conductor_messages, recursion_messages
+
+log = structlog.get_logger("conductor.planner")
+
+MODEL_POLICY_ALIAS = "conductor"
+"""``PlanRequest.policy`` value that selects the configured model policy whatever its backend."""
+
+
+def bad_request(message: str, field: str) -> PlanReply:
+    return PlanReply(policy="", error=ErrorInfo(code=ErrorCode.BAD_REQUEST, message=message, field=field))
+
+
+class Planner:
+    """``policy`` is the model policy (None when the configured policy is a baseline)."""
+
+    def __init__(self, settings: PlannerSettings, policy: Policy | None) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.default: BaselineSpec | None = (
+            parse_baseline(settings.policy_arg)
+            if policy is None and settings.policy_kind == "baseline"
+            else None
+        )
+        if policy is None and self.default is None:
+            raise ValueError(f"policy {settings.policy!r} needs a policy backend")
+        self.fallback = parse_baseline(settings.fallback) if settings.fallback else None
+
+    async def plan(self, req: PlanRequest) -> PlanReply:
+        if (invalid := self._check(req)) is not None:
+            return invalid
+        try:
+            chosen = self._choose(req.policy)
+        except BaselineError as exc:
+            return bad_request(str(exc), "policy")
+        if isinstance(chosen, BaselineSpec):
+            return self._baseline(chosen, req, per_request=req.policy is not None)
+        return await self._sample(chosen, req)
+
+    def _check(self, req: PlanRequest) -> PlanReply | None:
+        if not req.question.strip():
+            return bad_request("question must not be empty", "question")
+        if not req.workers:
+            return bad_request("the pool view must list at least one worker", "workers")
+        for i, card in enumerate(req.workers):
+            if card.index != i:
+                return bad_request(
+                    f"worker cards must be numbered 0..n-1 in order; found {card.index}",
+                    f"workers[{i}].index",
+                )
+        if not 1 <= req.max_steps <= self.settings.max_steps_cap:
+            return bad_request(f"max_steps must be within 1..{self.settings.max_steps_cap}", "max_steps")
+        return None
+
+    def _choose(self, requested: str | None) -> Policy | BaselineSpec:
+        name = (requested or "").strip()
+        if self.policy is not None and name in {"", MODEL_POLICY_ALIAS, self.policy.name}:
+            return self.policy
+        if not name and self.default is not None:
+            return self.default
+        if name == MODEL_POLICY_ALIAS:
+            raise BaselineError("no model policy is configured on this planner; name a baseline instead")
+        return parse_baseline(name.removeprefix("baseline:"))
+
+    def _baseline(self, spec: BaselineSpec, req: PlanRequest, *, per_request: bool) -> PlanReply:
+        try:
+            plan = (
+                handback(spec.name)
+                if req.previous
+                else plan_baseline(spec, n_workers=len(req.workers), max_steps=req.max_steps)
+            )
+        except BaselineError as exc:
+            if per_request:
+                return bad_request(str(exc), "policy")
+            return PlanReply(
+                policy=spec.name, error=ErrorInfo(code=ErrorCode.PLANNER_ERROR, message=str(exc))
+            )
+        return PlanReply(
+            policy=spec.name,
+            completion=plan.completion,
+            reasoning=plan.reasoning,
+            workflow=plan.workflow,
+            attempts=0,
+        )
+
+    async def _sample(self, policy: Policy, req: PlanRequest) -> PlanReply:
+        recursion = bool(req.previous)
+        messages = (
+            recursion_messages(
+                req.question, req.workers, req.previous, max_steps=req.max_steps, domain=req.domain
+            )
+            if recursion
+            else conductor_messages(req.question, req.workers, max_steps=req.max_steps, domain=req.domain)
+        )
+        failures: list[str] = []
+        usage = Usage()
+        text = ""
+        for attempt in range(1, self.settings.resamples + 2):
+            try:
+                samples = await policy.sample(
+                    messages, n=1, temperature=self.settings.temperature, max_tokens=self.settings.max_tokens
+                )
+                if not samples:
+                    raise PolicyError("the policy returned no samples", retryable=True)
+            except PolicyError as exc:
+                log.warning(
+                    "policy backend failed", policy=policy.name, error=str(exc), retryable=exc.retryable
+                )
+                info = ErrorInfo(
+                    code=ErrorCode.PLANNER_ERROR, message=str(exc), retryable=exc.retryable, detail=exc.detail
+                )
+                failed = PlanReply(
+                    policy=policy.name,
+                    completion=text,
+                    attempts=attempt - 1,
+                    format_failures=failures,
+                    usage=usage,
+                    error=info,
+                )
+                return self._fallback(req, failed, backend=True)
+            usage = sum((s.usage for s in samples), usage)
+            text = samples[0].text
+            try:
+                parsed = parse_completion(
+                    text, n_workers=len(req.workers), max_steps=req.max_steps, allow_empty=recursion
+                )
+            except WorkflowFormatError as exc:
+                failures.append(f"{exc} (cut off at max_tokens)" if samples[0].truncated else str(exc))
+                log.info("format failure", policy=policy.name, attempt=attempt, reason=exc.reason)
+                continue
+            return PlanReply(
+                policy=policy.name,
+                completion=text,
+                reasoning=parsed.reasoning,
+                workflow=parsed.workflow,
+                attempts=attempt,
+                format_failures=failures,
+                usage=usage,
+            )
+        # Deterministic for this request: the resamples already happened here, so asking again is not advised.
+        info = ErrorInfo(code=ErrorCode.FORMAT_ERROR, message=failures[-1], retryable=False)
+        failed = PlanReply(
+            policy=policy.name,
+            completion=text,
+            attempts=len(failures),
+            format_failures=failures,
+            usage=usage,
+            error=info,
+        )
+        return self._fallback(req, failed, backend=False)
+
+    def _fallback(self, req: PlanRequest, failed: PlanReply, *, backend: bool) -> PlanReply:
+        """The fallback baseline's workflow in place of ``failed``; ``failed`` itself when there is no fallback
+        (or it does not fit the request's pool)."""
+        if self.fallback is None:
+            return failed
+        try:
+            plan = (
+                handback(self.fallback.name)
+                if req.previous
+                else plan_baseline(self.fallback, n_workers=len(req.workers), max_steps=req.max_steps)
+            )
+        except BaselineError as exc:
+            log.error("fallback does not fit the request", fallback=self.fallback.name, error=str(exc))
+            return failed
+        return msgspec.structs.replace(
+            failed,
+            policy=self.fallback.name,
+            completion=plan.completion,
+            reasoning=plan.reasoning,
+            workflow=plan.workflow,
+            fallback_used=True,
+            error=None,
+            policy_error=failed.error if backend else None,
+        )

