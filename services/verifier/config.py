@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-ALL_LAYERS = ("netns", "pidns", "rofs", "hidden", "env", "uid", "rlimits", "seccomp")
+ALL_LAYERS = ("netns", "pidns", "rofs", "hidden", "env", "uid", "rlimits")
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):

@@ -56,7 +56,6 @@ class Sandbox:
         active = {name: all(h["layers"].get(name, False) for h in hellos) for name in hellos[0]["layers"]}
         if self.backend != "bwrap":
             active["hidden"] = False
-        active["seccomp"] = False
         self.layers = LayerReport(backend=self.backend, active=active)
         missing_required = [n for n in self.settings.sandbox_require if not active.get(n, False)]
         if self.layers.missing:

@@ -225,31 +225,49 @@ def exit_info(status: int) -> dict:
 
 
 class Run:
-    """One candidate process being pumped: its output sinks and whether it has been reaped."""
+    """One candidate process being pumped: its output sinks, its result frames, and its exit once the zygote reaps it."""
 
     def __init__(self, sandbox: Sandbox, pump: Pump, child: dict, limits: dict) -> None:
         self.sandbox, self.pump, self.child = sandbox, pump, child
         self.stdout = Capped(limits["output"])
         self.stderr = Capped(16 * 1024)
         self.results = FrameReader(limits.get("frame", frames.DEFAULT_MAX))
+        self.exit_status: int | None = None
+        self.zfd = sandbox.zsock.fileno()  # type: ignore[union-attr]
         pump.read(child["stdout"], self.stdout.feed)
         pump.read(child["stderr"], self.stderr.feed)
         pump.read(child["res"], self.results.feed)
+        pump.read(self.zfd, self._notice)
+
+    def _notice(self, message: bytes) -> None:
+        if not message:
+            raise Fatal("zygote exited")
+        notice = json.loads(message)
+        if "exit" in notice:
+            self.exit_status = notice["exit"]
+
+    @property
+    def exited(self) -> bool:
+        """The candidate itself is gone (children it left behind may still hold its pipes open)."""
+        return self.exit_status is not None
 
     def overflow(self) -> bool:
         return self.stdout.overflow or self.stderr.overflow
 
     def finish(self) -> dict:
-        """Kill what is left, reap the candidate through the zygote, close our pipe ends."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.child["pid"], signal.SIGKILL)
-        status = self.sandbox.wait_exit()
+        """Kill what is left, reap the candidate through the zygote, drain what it wrote, close our pipe ends."""
+        self.pump.forget(self.zfd)
+        if self.exit_status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.child["pid"], signal.SIGKILL)
+            self.exit_status = self.sandbox.wait_exit()
         self.sandbox.kill_all()
+        self.pump.run(lambda: not self.pump.readers, time.monotonic() + 1.0)  # every writer is dead: EOF comes fast
         self.pump.close()
         for name in ("stdin", "stdout", "stderr", "ctl", "res"):
             with contextlib.suppress(OSError):
                 os.close(self.child[name])
-        return exit_info(status)
+        return exit_info(self.exit_status)
 
     def output(self) -> dict:
         return {"stdout": self.stdout.data.decode("utf-8", "replace"),
@@ -272,7 +290,8 @@ def job_stdio(sb: Sandbox, req: dict) -> dict:
     pump.write(child["stdin"], req.get("stdin", "").encode("utf-8", "surrogateescape"), close=True)
     child["ctl"] = child["stdin"] = -1
     start = time.monotonic()
-    done = pump.run(lambda: (run.stdout.eof and run.stderr.eof) or run.overflow(), start + limits["timeout"])
+    done = pump.run(lambda: (run.stdout.eof and run.stderr.eof) or run.exited or run.overflow(),
+                    start + limits["timeout"])
     elapsed = time.monotonic() - start
     exit_ = run.finish()
     return {"status": _status(done, run), "exit": exit_, "elapsed": elapsed, **run.output()}
@@ -295,7 +314,7 @@ def job_call(sb: Sandbox, req: dict) -> dict:
     def wait_frame(n: int) -> bool:
         deadline = min(time.monotonic() + limits["timeout"], total_deadline)
         return pump.run(lambda: len(run.results.frames) >= n or run.results.eof or run.results.error is not None
-                        or run.overflow(), deadline)
+                        or run.exited or run.overflow(), deadline)
 
     if not wait_frame(1):
         status = "timeout"
@@ -308,12 +327,12 @@ def job_call(sb: Sandbox, req: dict) -> dict:
             if len(run.results.frames) < i + 2:
                 break
     elapsed = time.monotonic() - start
+    exit_ = run.finish()  # drains frames written just before the candidate exited
     if run.overflow():
         status = "output_limit"
     got = run.results.frames
     load = got[0] if got else {"load_error": ["Crashed", "no reply from the program"]}
     replies = got[1:]
-    exit_ = run.finish()
     return {"status": status, "load": load, "replies": replies, "exit": exit_, "elapsed": elapsed,
             "protocol_error": run.results.error, **run.output()}
 
@@ -387,7 +406,7 @@ def job_unittest(sb: Sandbox, req: dict) -> dict:
     os.close(child["stdin"])
     child["ctl"] = child["stdin"] = -1
     start = time.monotonic()
-    done = pump.run(lambda: run.results.eof or run.results.error is not None or run.overflow(),
+    done = pump.run(lambda: run.results.eof or run.results.error is not None or run.exited or run.overflow(),
                     start + limits["timeout"])
     elapsed = time.monotonic() - start
     exit_ = run.finish()

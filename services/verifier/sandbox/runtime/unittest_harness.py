@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import gc
 import json
 import os
@@ -33,6 +34,7 @@ import sys
 import threading
 import types
 import unittest
+from collections.abc import Callable
 import unittest.case
 import unittest.loader
 import unittest.mock
@@ -177,34 +179,42 @@ def check_value(value: object, budget: int = 200_000) -> None:
 
 
 class Snapshot:
-    """Identity snapshots of every namespace the tests rely on; ``diff`` names the first thing that changed."""
+    """Identity snapshots of the namespaces the tests rely on; ``diff`` re-reads the *same* objects later.
 
-    def __init__(self, watched: list[tuple[str, object]], extra: list[tuple[str, dict]]) -> None:
-        self.parts: list[tuple[str, dict, dict]] = []
+    Keys that appear later are allowed (modules fill lazily-imported attributes on first use; everything the tests
+    name was resolved before the snapshot); keys that disappear or point to a different object are tampering.
+    """
+
+    def __init__(self, watched: list[tuple[str, object]], extra: list[tuple[str, Callable[[], dict]]]) -> None:
+        self.parts: list[tuple[str, Callable[[], dict], dict, dict]] = []
         for label, obj in watched:
-            self._add(label, dict(obj.__dict__))  # type: ignore[attr-defined]
-        for label, mapping in extra:
-            self._add(label, dict(mapping))
+            self._add(label, functools.partial(_namespace, obj))
+        for label, read in extra:
+            self._add(label, read)
         self.signals = _signal_state()
         self.trace = (sys.gettrace(), sys.getprofile(), threading._trace_hook, threading._profile_hook)  # type: ignore[attr-defined]
         self.gc_callbacks = list(gc.callbacks)
         self.threads = set(_enumerate_threads())
 
-    def _add(self, label: str, mapping: dict) -> None:
-        self.parts.append((label, mapping, {k: id(v) for k, v in mapping.items()}))
+    def _add(self, label: str, read: Callable[[], dict]) -> None:
+        mapping = read()  # kept: holding the objects keeps their ids unique until the comparison
+        self.parts.append((label, read, mapping, {k: id(v) for k, v in mapping.items()}))
 
-    def diff(self, watched: list[tuple[str, object]], extra: list[tuple[str, dict]]) -> str | None:
-        current = [(label, dict(obj.__dict__)) for label, obj in watched] + [(name, dict(m)) for name, m in extra]  # type: ignore[attr-defined]
-        for (label, _, ids), (_, now) in zip(self.parts, current, strict=True):
-            now_ids = {k: id(v) for k, v in now.items()}
-            if now_ids != ids:
-                changed = sorted(set(now_ids.items()) ^ set(ids.items()))
-                return f"{label}.{changed[0][0]} was changed"
+    def diff(self) -> str | None:
+        for label, read, _, ids in self.parts:
+            now = {k: id(v) for k, v in read().items()}
+            if now == ids:
+                continue
+            for key, ident in ids.items():
+                if now.get(key) != ident:
+                    return f"{label}.{key} was {'removed' if key not in now else 'changed'}"
         if _signal_state() != self.signals:
             return "signal handlers or timers were changed"
         if (sys.gettrace(), sys.getprofile(), threading._trace_hook, threading._profile_hook) != self.trace:  # type: ignore[attr-defined]
             return "a trace or profile hook was installed"
-        if len(gc.callbacks) != len(self.gc_callbacks) or any(a is not b for a, b in zip(gc.callbacks, self.gc_callbacks, strict=True)):
+        callbacks = list(gc.callbacks)
+        if len(callbacks) != len(self.gc_callbacks) or any(
+                a is not b for a, b in zip(callbacks, self.gc_callbacks, strict=True)):
             return "gc callbacks were changed"
         return self._lingering_threads()
 
@@ -214,6 +224,10 @@ class Snapshot:
             if thread.is_alive():
                 return "a background thread was left running"
         return None
+
+
+def _namespace(obj: object) -> dict:
+    return dict(obj.__dict__)  # type: ignore[attr-defined]
 
 
 _diff = Snapshot.diff
@@ -235,7 +249,7 @@ class Judge:
 
     def __init__(self, watched_modules: list[types.ModuleType]) -> None:
         self.watched: list[tuple[str, object]] = []
-        self.extra: list[tuple[str, dict]] = []
+        self.extra: list[tuple[str, Callable[[], dict]]] = []
         self.tampered: str | None = None
         self.current_test: object | None = None
         for module in watched_modules:
@@ -246,9 +260,10 @@ class Judge:
         for name, obj in list(module.__dict__.items()):
             if isinstance(obj, type) and not obj.__flags__ & (1 << 8):  # skip immutable (C static) types
                 self.watched.append((f"{module.__name__}.{name}", obj))
-        self.extra.append((f"sys.modules[{module.__name__}]", {module.__name__: sys.modules.get(module.__name__)}))
+        name = module.__name__
+        self.extra.append((f"sys.modules[{name}]", lambda: {name: sys.modules.get(name)}))
 
-    def scope(self) -> tuple[list[tuple[str, object]], list[tuple[str, dict]]]:
+    def scope(self) -> tuple[list[tuple[str, object]], list[tuple[str, Callable[[], dict]]]]:
         watched = list(self.watched)
         test = self.current_test
         if test is not None:
@@ -260,7 +275,7 @@ class Judge:
         return Snapshot(*self.scope())
 
     def verify(self, before: Snapshot) -> None:
-        problem = _diff(before, *self.scope())
+        problem = _diff(before)
         if problem:
             self.tampered = self.tampered or problem
             raise Tampered(problem)
@@ -410,10 +425,16 @@ def attribute_modules(source: str) -> list[types.ModuleType]:
         if not isinstance(node, ast.Name) or node.id not in aliases:
             continue
         dotted = [*aliases[node.id].split("."), *reversed(chain)]
-        for i in range(1, len(dotted) + 1):
-            module = sys.modules.get(".".join(dotted[:i]))
-            if module is not None:
-                found[module.__name__] = module
+        obj: object = sys.modules.get(dotted[0])
+        for part in dotted[1:]:  # getattr, not sys.modules: lazily-loaded submodules get loaded now, pre-snapshot
+            if isinstance(obj, types.ModuleType):
+                found[obj.__name__] = obj
+            try:
+                obj = getattr(obj, part)
+            except Exception:
+                break
+        if isinstance(obj, types.ModuleType):
+            found[obj.__name__] = obj
     return list(found.values())
 
 
@@ -426,7 +447,7 @@ def run(program: str, test: str, extra_preload: list[str], nonce: str) -> None:
             sys.modules[__name__], frames, values, json, json.encoder]
     judge = Judge(list({id(m): m for m in core + modules}.values()))
     results: dict[str, str] = {}
-    final = judge.snapshot()
+    final = Judge([frames, values, json, json.encoder, sys.modules[__name__]]).snapshot()  # the report's own path
     sys.addaudithook(make_audit_hook())
     try:
         results = _run_armed(program, test, judge)
@@ -435,7 +456,7 @@ def run(program: str, test: str, extra_preload: list[str], nonce: str) -> None:
     except BaseException as exc:  # reported below; the host turns a broken load into a failed verdict
         results = {"<load>": f"error: {type(exc).__name__}: {exc}"[:300]}
     if not judge.tampered:
-        problem = _diff(final, *judge.scope())
+        problem = _diff(final)
         judge.tampered = problem and f"after the tests: {problem}"
     report = {"nonce": nonce, "results": results, "tampered": judge.tampered}
     try:
@@ -464,7 +485,7 @@ def _run_armed(program: str, test: str, judge: Judge) -> dict[str, str]:
             continue
         test_ns[name] = judge.guard(obj) if isinstance(obj, types.FunctionType) else obj
     exec(compile(test, "<test>", "exec"), test_ns)
-    judge.extra.append(("the test module", test_ns))
+    judge.extra.append(("the test module", lambda: test_ns))
     cases = [obj for obj in test_ns.values()
              if isinstance(obj, type) and issubclass(obj, TestCase) and obj.__module__ == "__bcb_tests__"]
     recorder = Recorder(judge)
