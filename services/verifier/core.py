@@ -47,10 +47,16 @@ def is_mcq(ref: TextReference, domain: str | None) -> bool:
     return letter is not None and (bool(ref.choices) or (domain or "").lower() in MCQ_DOMAINS)
 
 
-def error_verdict(req_id: str, code: ErrorCode, message: str, started: float, detail: str | None = None) -> Verdict:
-    return Verdict(id=req_id, outcome=Outcome.ERROR, reason=message,
-                   error=ErrorInfo(code=code, message=message, detail=detail, retryable=code != ErrorCode.BAD_REQUEST),
-                   duration_s=time.monotonic() - started)
+def error_verdict(
+    req_id: str, code: ErrorCode, message: str, started: float, detail: str | None = None
+) -> Verdict:
+    return Verdict(
+        id=req_id,
+        outcome=Outcome.ERROR,
+        reason=message,
+        error=ErrorInfo(code=code, message=message, detail=detail, retryable=code != ErrorCode.BAD_REQUEST),
+        duration_s=time.monotonic() - started,
+    )
 
 
 class Verifier:
@@ -80,15 +86,21 @@ class Verifier:
     async def verify(self, req: VerifyRequest) -> Verdict:
         started = time.monotonic()
         if len(req.response) > self.settings.max_response_chars:
-            return Verdict(id=req.id, outcome=Outcome.INCORRECT, duration_s=0.0,
-                           reason=f"response longer than {self.settings.max_response_chars} characters")
+            return Verdict(
+                id=req.id,
+                outcome=Outcome.INCORRECT,
+                duration_s=0.0,
+                reason=f"response longer than {self.settings.max_response_chars} characters",
+            )
         try:
             verdict = await self._dispatch(req, started)
         except WorkerError as exc:
             return error_verdict(req.id, ErrorCode.VERIFIER_ERROR, f"verifier worker failed: {exc}", started)
         except Exception as exc:  # a bug of ours must not look like a wrong answer: masked, logged, described
             log.exception("verifier crashed on request %s", req.id)
-            return error_verdict(req.id, ErrorCode.INTERNAL, f"verifier bug: {type(exc).__name__}", started, str(exc))
+            return error_verdict(
+                req.id, ErrorCode.INTERNAL, f"verifier bug: {type(exc).__name__}", started, str(exc)
+            )
         return verdict
 
     async def _dispatch(self, req: VerifyRequest, started: float) -> Verdict:
@@ -97,45 +109,75 @@ class Verifier:
             case TextReference() as ref:
                 return await self._text(req, ref, started)
             case StdioTestsReference() as ref:
-                result = await codecheck.check_stdio(self.sandbox, last_python_block(req.response), ref,
-                                                     s.stdio_timeout_s)
+                result = await codecheck.check_stdio(
+                    self.sandbox, last_python_block(req.response), ref, s.stdio_timeout_s
+                )
             case FunctionalTestsReference() as ref:
-                result = await codecheck.check_functional(self.sandbox, last_python_block(req.response), ref,
-                                                          s.call_timeout_s)
+                result = await codecheck.check_functional(
+                    self.sandbox, last_python_block(req.response), ref, s.call_timeout_s
+                )
             case HumanEvalReference() as ref:
-                result = await codecheck.check_humaneval(self.sandbox, last_python_block(req.response), ref,
-                                                         s.humaneval_timeout_s)
+                result = await codecheck.check_humaneval(
+                    self.sandbox, last_python_block(req.response), ref, s.humaneval_timeout_s
+                )
             case UnittestReference() as ref:
-                result = await codecheck.check_unittest(self.sandbox, last_python_block(req.response), ref,
-                                                        s.unittest_timeout_s)
-        return Verdict(id=req.id, outcome=result.outcome, reason=result.reason, passed=result.passed,
-                       total=result.total, error=result.error, duration_s=time.monotonic() - started)
+                result = await codecheck.check_unittest(
+                    self.sandbox, last_python_block(req.response), ref, s.unittest_timeout_s
+                )
+        return Verdict(
+            id=req.id,
+            outcome=result.outcome,
+            reason=result.reason,
+            passed=result.passed,
+            total=result.total,
+            error=result.error,
+            duration_s=time.monotonic() - started,
+        )
 
     async def _text(self, req: VerifyRequest, ref: TextReference, started: float) -> Verdict:
         def done(correct: bool, reason: str, extracted: str | None) -> Verdict:
-            return Verdict(id=req.id, outcome=Outcome.CORRECT if correct else Outcome.INCORRECT, reason=reason,
-                           extracted=extracted, duration_s=time.monotonic() - started)
+            return Verdict(
+                id=req.id,
+                outcome=Outcome.CORRECT if correct else Outcome.INCORRECT,
+                reason=reason,
+                extracted=extracted,
+                duration_s=time.monotonic() - started,
+            )
 
         if is_mcq(ref, req.domain):
             gold = mcq.gold_letter(ref.answer)
             if gold is None:
-                return error_verdict(req.id, ErrorCode.BAD_REQUEST, f"gold {ref.answer!r} is not a letter", started)
+                return error_verdict(
+                    req.id, ErrorCode.BAD_REQUEST, f"gold {ref.answer!r} is not a letter", started
+                )
             correct, reason, letter = mcq.grade(req.response, gold, len(ref.choices) if ref.choices else None)
             return done(correct, reason, letter)
         answers = final_answers(req.response)
         last = answers.last
         if last is None:
-            return done(False, "no final answer found (no \\boxed{}, <answer> tag or 'final answer:' line)", None)
+            return done(
+                False, "no final answer found (no \\boxed{}, <answer> tag or 'final answer:' line)", None
+            )
         if ref.kind == "exact":
-            ok = normalize_text(last) == normalize_text(ref.answer) and len({normalize_text(a) for a in answers.items}) == 1
+            ok = (
+                normalize_text(last) == normalize_text(ref.answer)
+                and len({normalize_text(a) for a in answers.items}) == 1
+            )
             return done(ok, "exact match" if ok else "no exact match", last)
         if all(normalize_text(a) == normalize_text(ref.answer) for a in answers.items):
             return done(True, f"exact match ({answers.source})", last)
-        request = {"answers": answers.items[-8:], "gold": ref.answer, "question": req.question[-4000:],
-                   "domain": req.domain, "timeout": self.settings.math_verify_timeout_s}
+        request = {
+            "answers": answers.items[-8:],
+            "gold": ref.answer,
+            "question": req.question[-4000:],
+            "domain": req.domain,
+            "timeout": self.settings.math_verify_timeout_s,
+        }
         reply = await self.math.call(request, self.settings.math_deadline_s)
         if "error" in reply:
-            return error_verdict(req.id, ErrorCode.VERIFIER_ERROR, "math equivalence failed", started, reply["error"])
+            return error_verdict(
+                req.id, ErrorCode.VERIFIER_ERROR, "math equivalence failed", started, reply["error"]
+            )
         return done(reply["correct"], f"{reply['reason']} ({answers.source})", last)
 
     # ---- batches ------------------------------------------------------------------------------------------------

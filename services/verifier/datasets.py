@@ -40,10 +40,22 @@ from services.verifier.math_equiv import normalize_text
 LETTERS = "ABCDEFGHIJ"
 # LiveCodeBench's published errata (ERRATA.md in its repository): tests that accept only one of several valid
 # outputs, interactive problems, and one problem scraped with wrong tests. Matched against id or title slug.
-LCB_ERRATA = frozenset({
-    "abc311_c", "abc326_d", "abc327_b", "abc333_e", "abc343_e", "abc362_c", "find-words-containing-character",
-    "find-the-peaks", "generate-binary-strings-without-adjacent-zeros", "abc337_e", "abc355_e", "abc350_c",
-})
+LCB_ERRATA = frozenset(
+    {
+        "abc311_c",
+        "abc326_d",
+        "abc327_b",
+        "abc333_e",
+        "abc343_e",
+        "abc362_c",
+        "find-words-containing-character",
+        "find-the-peaks",
+        "generate-binary-strings-without-adjacent-zeros",
+        "abc337_e",
+        "abc355_e",
+        "abc350_c",
+    }
+)
 MAX_PICKLE_BYTES = 512 * 1024 * 1024
 
 
@@ -61,8 +73,13 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
     level: str = ""
 
     def request(self, response: str, request_id: str | None = None) -> VerifyRequest:
-        return VerifyRequest(id=request_id or self.id, response=response, reference=self.reference,
-                             question=self.question, domain=self.domain)
+        return VerifyRequest(
+            id=request_id or self.id,
+            response=response,
+            reference=self.reference,
+            question=self.question,
+            domain=self.domain,
+        )
 
 
 # ---- reading files ------------------------------------------------------------------------------------------------
@@ -117,10 +134,20 @@ def load_math500(path: str | Path) -> list[Problem]:
         answer = str(_field(row, "answer"))
         boxes = boxed_all(str(_field(row, "solution")))
         if not boxes or normalize_text(boxes[-1]) != normalize_text(answer):
-            raise DatasetError(f"{uid}: answer {answer!r} is not the solution's last boxed answer {boxes[-1:]}")
-        problems.append(Problem(id=uid, benchmark="math500", question=str(_field(row, "problem")),
-                                reference=TextReference(answer=answer, kind="math"), domain="math",
-                                subject=str(row.get("subject", "")), level=str(row.get("level", ""))))
+            raise DatasetError(
+                f"{uid}: answer {answer!r} is not the solution's last boxed answer {boxes[-1:]}"
+            )
+        problems.append(
+            Problem(
+                id=uid,
+                benchmark="math500",
+                question=str(_field(row, "problem")),
+                reference=TextReference(answer=answer, kind="math"),
+                domain="math",
+                subject=str(row.get("subject", "")),
+                level=str(row.get("level", "")),
+            )
+        )
     return problems
 
 
@@ -138,8 +165,15 @@ def load_aime(path: str | Path, benchmark: str = "aime25") -> list[Problem]:
         if not re.fullmatch(r"\d{1,3}", answer):
             raise DatasetError(f"AIME row {n}: answer {answer!r} is not an integer 0-999")
         pid = str(row.get("id", row.get("problem_idx", n)))
-        problems.append(Problem(id=f"{benchmark}/{pid}", benchmark=benchmark, question=str(_field(row, "problem")),
-                                reference=TextReference(answer=str(int(answer)), kind="math"), domain="aime"))
+        problems.append(
+            Problem(
+                id=f"{benchmark}/{pid}",
+                benchmark=benchmark,
+                question=str(_field(row, "problem")),
+                reference=TextReference(answer=str(int(answer)), kind="math"),
+                domain="aime",
+            )
+        )
     return problems
 
 
@@ -155,10 +189,16 @@ def load_gpqa(path: str | Path, seed: int = 0, benchmark: str = "gpqa_diamond") 
         random.Random(f"{seed}:{record}").shuffle(options)
         gold = LETTERS[options.index(correct)]
         question = collapse(_field(row, "Question"))
-        problems.append(Problem(id=f"{benchmark}/{record}", benchmark=benchmark,
-                                question=render_choices(question, options),
-                                reference=TextReference(answer=gold, kind="mcq", choices=options), domain="gpqa",
-                                subject=str(row.get("Subdomain", ""))))
+        problems.append(
+            Problem(
+                id=f"{benchmark}/{record}",
+                benchmark=benchmark,
+                question=render_choices(question, options),
+                reference=TextReference(answer=gold, kind="mcq", choices=options),
+                domain="gpqa",
+                subject=str(row.get("Subdomain", "")),
+            )
+        )
     return problems
 
 
@@ -177,11 +217,19 @@ def load_mmlu(path: str | Path, benchmark: str = "mmlu") -> list[Problem]:
             gold = str(_field(row, "Answer", "answer")).strip().upper()
             question, subject = str(_field(row, "Question", "question")), str(row.get("Subject", ""))
         if len(choices) != 4 or gold not in LETTERS[: len(choices)]:
-            raise DatasetError(f"MMLU row {n}: expected 4 choices and a gold letter A-D, got {len(choices)} / {gold!r}")
-        problems.append(Problem(id=f"{benchmark}/{subject or 'all'}/{n}", benchmark=benchmark,
-                                question=render_choices(question, [str(c) for c in choices]),
-                                reference=TextReference(answer=gold, kind="mcq", choices=[str(c) for c in choices]),
-                                domain="mmlu", subject=subject))
+            raise DatasetError(
+                f"MMLU row {n}: expected 4 choices and a gold letter A-D, got {len(choices)} / {gold!r}"
+            )
+        problems.append(
+            Problem(
+                id=f"{benchmark}/{subject or 'all'}/{n}",
+                benchmark=benchmark,
+                question=render_choices(question, [str(c) for c in choices]),
+                reference=TextReference(answer=gold, kind="mcq", choices=[str(c) for c in choices]),
+                domain="mmlu",
+                subject=subject,
+            )
+        )
     return problems
 
 
@@ -226,8 +274,9 @@ def _slug(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
 
 
-def load_livecodebench(paths: str | Path | Iterable[str | Path], include_errata: bool = False,
-                       public_only: bool = False) -> list[Problem]:
+def load_livecodebench(
+    paths: str | Path | Iterable[str | Path], include_errata: bool = False, public_only: bool = False
+) -> list[Problem]:
     """Release vN is the union of test.jsonl ... testN.jsonl: pass those files; errata excluded by default."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     problems = []
@@ -242,10 +291,14 @@ def load_livecodebench(paths: str | Path | Iterable[str | Path], include_errata:
 
 
 def _lcb_problem(row: dict, qid: str, public_only: bool) -> Problem:
-    raw = _tests(row.get("public_test_cases")) + ([] if public_only else _tests(row.get("private_test_cases")))
+    raw = _tests(row.get("public_test_cases")) + (
+        [] if public_only else _tests(row.get("private_test_cases"))
+    )
     kinds = {t.get("testtype") for t in raw}
     if not raw or len(kinds) != 1 or kinds - {"stdin", "functional"}:
-        raise DatasetError(f"{qid}: expected tests of one type (stdin or functional), got {sorted(map(str, kinds))}")
+        raise DatasetError(
+            f"{qid}: expected tests of one type (stdin or functional), got {sorted(map(str, kinds))}"
+        )
     tests = [IOTest(input=str(t["input"]), output=str(t["output"])) for t in raw]
     starter = str(row.get("starter_code") or "")
     if kinds == {"functional"}:
@@ -253,28 +306,47 @@ def _lcb_problem(row: dict, qid: str, public_only: bool) -> Problem:
         meta = json.loads(meta) if isinstance(meta, str) else meta
         if "func_name" not in meta:
             raise DatasetError(f"{qid}: functional tests but no metadata.func_name")
-        reference: Reference = FunctionalTestsReference(func_name=meta["func_name"], tests=tests, starter_code=starter)
+        reference: Reference = FunctionalTestsReference(
+            func_name=meta["func_name"], tests=tests, starter_code=starter
+        )
     else:
         reference = StdioTestsReference(tests=tests)
     question = str(_field(row, "question_content"))
     if starter:
         question += "\n\nStarter code:\n" + starter
-    return Problem(id=f"livecodebench/{qid}", benchmark="livecodebench", question=question, reference=reference,
-                   domain="code", level=str(row.get("difficulty", "")))
+    return Problem(
+        id=f"livecodebench/{qid}",
+        benchmark="livecodebench",
+        question=question,
+        reference=reference,
+        domain="code",
+        level=str(row.get("difficulty", "")),
+    )
 
 
 # ---- BigCodeBench and HumanEval -----------------------------------------------------------------------------------
-def load_bigcodebench(path: str | Path, prompt: str = "complete_prompt", benchmark: str = "bigcodebench"
-                      ) -> list[Problem]:
+def load_bigcodebench(
+    path: str | Path, prompt: str = "complete_prompt", benchmark: str = "bigcodebench"
+) -> list[Problem]:
     problems = []
     for row in read_rows(path):
         libs = row.get("libs") or []
         libs = ast.literal_eval(libs) if isinstance(libs, str) else list(libs)
-        reference = UnittestReference(test=str(_field(row, "test")), entry_point=str(row.get("entry_point") or
-                                      "task_func"), code_prompt=str(_field(row, "code_prompt", "complete_prompt")),
-                                      libs=[str(lib) for lib in libs])
-        problems.append(Problem(id=str(_field(row, "task_id")), benchmark=benchmark, question=str(_field(row, prompt)),
-                                reference=reference, domain="code"))
+        reference = UnittestReference(
+            test=str(_field(row, "test")),
+            entry_point=str(row.get("entry_point") or "task_func"),
+            code_prompt=str(_field(row, "code_prompt", "complete_prompt")),
+            libs=[str(lib) for lib in libs],
+        )
+        problems.append(
+            Problem(
+                id=str(_field(row, "task_id")),
+                benchmark=benchmark,
+                question=str(_field(row, prompt)),
+                reference=reference,
+                domain="code",
+            )
+        )
     return problems
 
 
@@ -288,10 +360,20 @@ def humaneval_path() -> Path:
 def load_humaneval(path: str | Path | None = None) -> list[Problem]:
     problems = []
     for row in read_rows(path or humaneval_path()):
-        reference = HumanEvalReference(prompt=str(_field(row, "prompt")), test=str(_field(row, "test")),
-                                       entry_point=str(_field(row, "entry_point")))
-        problems.append(Problem(id=str(_field(row, "task_id")), benchmark="humaneval", question=reference.prompt,
-                                reference=reference, domain="code"))
+        reference = HumanEvalReference(
+            prompt=str(_field(row, "prompt")),
+            test=str(_field(row, "test")),
+            entry_point=str(_field(row, "entry_point")),
+        )
+        problems.append(
+            Problem(
+                id=str(_field(row, "task_id")),
+                benchmark="humaneval",
+                question=reference.prompt,
+                reference=reference,
+                domain="code",
+            )
+        )
     return problems
 
 

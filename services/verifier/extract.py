@@ -106,7 +106,7 @@ def final_answers(response: str) -> Answers:
     cues = list(_FINAL_CUE.finditer(region))
     if cues:
         line = region[cues[-1].end() :].split("\n", 1)[0].strip()
-        line = line.strip("$ ").rstrip(".").strip()
+        line = line.strip().rstrip(".").strip().strip("$").strip()
         if line:
             return Answers(items=[line], source="final_cue")
     return Answers(items=[], source="none")
@@ -127,7 +127,9 @@ def last_python_block(response: str) -> str:
         if not m:
             break
         fence, lang = m.group(1), m.group(2).lower()
-        close = re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$", re.MULTILINE)
+        close = re.compile(
+            r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$", re.MULTILINE
+        )
         end = close.search(text, m.end())
         body = text[m.end() : end.start() if end else len(text)]
         if lang in PYTHON_LANGS:

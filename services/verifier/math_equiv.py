@@ -25,9 +25,13 @@ from services.verifier.mcq import letter_of
 
 ANGLE_WORDS = re.compile(r"angle|degree|radian|\\circ|°|\\angle|triangle|rotat|arc\b|\bsin|\bcos|\btan", re.I)
 INTERVAL_WORDS = re.compile(r"interval|inequalit|domain|range|solution set|values? of", re.I)
-DEGREE_MARK = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree|\s*\\text\{\s*degrees?\s*\}|\s+degrees?)\s*$")
+DEGREE_MARK = re.compile(
+    r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree|\s*\\text\{\s*degrees?\s*\}|\s+degrees?)\s*$"
+)
 INEQUALITY = re.compile(r"<|>|\\le|\\ge|\\leq|\\geq|≤|≥|\\lt|\\gt")
-UNIT_TAIL = re.compile(r"^(?P<num>.*?)\s*(?:\\(?:text|mathrm|mbox|textrm)\s*\{[^{}]*\}|[A-Za-z]{2,}\.?)(?:\^\s*\{?\d\}?)?$")
+UNIT_TAIL = re.compile(
+    r"^(?P<num>.*?)\s*(?:\\(?:text|mathrm|mbox|textrm)\s*\{[^{}]*\}|[A-Za-z]{2,}\.?)(?:\^\s*\{?\d\}?)?$"
+)
 CURRENCY = re.compile(r"^(?:\\\$|\$|\\text\{\s*\\?\$\s*\})\s*")
 NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
 THOUSANDS = re.compile(r"^-?\d{1,3}(?:(?:\{,\}|\\,|\\!|,|\\ |\s)\d{3})+(?:\.\d+)?$")
@@ -103,7 +107,9 @@ def _angle_variants(gold: str, pred: str, question: str) -> list[tuple[str, str]
     return out
 
 
-def equivalent(gold: str, pred: str, question: str = "", domain: str | None = None, timeout: int = 5) -> MathVerdict:
+def equivalent(
+    gold: str, pred: str, question: str = "", domain: str | None = None, timeout: int = 5
+) -> MathVerdict:
     """Is ``pred`` (an extracted final answer) equivalent to ``gold``? Pure apart from math-verify's alarms."""
     if domain and domain.lower().startswith("aime") and INTEGER.match(gold.strip()):
         p = pred.strip().strip("$").strip()
@@ -136,6 +142,11 @@ def grade(answers: list[str], gold: str, question: str, domain: str | None, time
         return MathVerdict(correct=False, reason="no final answer found")
     last = answers[-1]
     for other in dict.fromkeys(answers[:-1]):
-        if normalize_text(other) != normalize_text(last) and not equivalent(last, other, question, None, timeout).correct:
-            return MathVerdict(correct=False, reason=f"several different final answers ({other!r} and {last!r})")
+        if (
+            normalize_text(other) != normalize_text(last)
+            and not equivalent(last, other, question, None, timeout).correct
+        ):
+            return MathVerdict(
+                correct=False, reason=f"several different final answers ({other!r} and {last!r})"
+            )
     return equivalent(gold, last, question, domain, timeout)

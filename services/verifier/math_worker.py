@@ -14,7 +14,9 @@ from services.verifier.sandbox.runtime import frames
 
 
 def main() -> None:
-    logging.getLogger("math_verify").setLevel(logging.CRITICAL)  # its timeout warnings are reported in our verdicts
+    logging.getLogger("math_verify").setLevel(
+        logging.CRITICAL
+    )  # its timeout warnings are reported in our verdicts
     import math_verify  # noqa: F401 - pay the sympy import before saying hello
 
     math_equiv.equivalent("1", "1")  # warm the parser caches
@@ -26,8 +28,9 @@ def main() -> None:
         except frames.FrameError:
             return
         try:
-            verdict = math_equiv.grade(req["answers"], req["gold"], req.get("question", ""), req.get("domain"),
-                                       req.get("timeout", 5))
+            verdict = math_equiv.grade(
+                req["answers"], req["gold"], req.get("question", ""), req.get("domain"), req.get("timeout", 5)
+            )
         except Exception as exc:  # our failure on this input: an infrastructure error, worker lives on
             frames.write(out, {"error": f"{type(exc).__name__}: {exc}"[:500]})
             continue

@@ -19,7 +19,8 @@ LETTERS = "ABCDEFGHIJ"
 _DECOR = r"[\s*_`$\\(\[{]*(?:text(?:bf)?\{)?[\s*_`(\[{]*"
 _CUE = re.compile(
     r"(?i:\banswer|\bcorrect (?:option|choice|letter)|\bbest (?:option|choice|answer)|\bright (?:option|choice))"
-    r"(?i:\s+(?:is|would be|should be))?(?:\s*(?:[:=]|-))?\s*(?i:option|choice|letter)?\s*:?" + _DECOR
+    r"(?i:\s+(?:is|would be|should be))?(?:\s*(?:[:=]|-))?\s*(?i:option|choice|letter)?\s*:?"
+    + _DECOR
     + r"(?:(?P<upper>[A-J])(?![A-Za-z0-9])|(?P<lower>[a-j])(?=[\s*_`)\]}.,;:!]*(?:$|\n)|[)\]}.,;:!]))",
     re.MULTILINE,
 )
@@ -92,7 +93,11 @@ def grade(response: str, gold: str, n_choices: int | None) -> tuple[bool, str, s
     if not choice.letters:
         return False, "no answer letter found", None
     if len(choice.letters) > 1:
-        return False, f"several different letters stated: {', '.join(choice.letters)}", ",".join(choice.letters)
+        return (
+            False,
+            f"several different letters stated: {', '.join(choice.letters)}",
+            ",".join(choice.letters),
+        )
     letter = choice.letters[0]
     if n_choices is not None and LETTERS.index(letter) >= n_choices:
         return False, f"letter {letter} is not one of the {n_choices} options", letter

@@ -7,7 +7,7 @@ source edit it can never produce an equivalent program, so "the mutant must fail
 
 from __future__ import annotations
 
-PERTURB = '''
+PERTURB = """
 
 def __perturb(value):
     if isinstance(value, bool):
@@ -25,7 +25,7 @@ def __perturb(value):
     if isinstance(value, dict):
         return {**value, "__mutant__": 0}
     return 0 if value is None else None
-'''
+"""
 
 
 def mutate_completion(completion: str, entry_point: str) -> str:

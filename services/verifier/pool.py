@@ -47,10 +47,18 @@ class Worker:
         self.hello = hello
 
     @classmethod
-    async def start(cls, argv: list[str], env: dict[str, str] | None, cwd: str | None, timeout: float) -> Worker:
+    async def start(
+        cls, argv: list[str], env: dict[str, str] | None, cwd: str | None, timeout: float
+    ) -> Worker:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, cwd=cwd,
-            limit=frames.DEFAULT_MAX, start_new_session=True)
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            limit=frames.DEFAULT_MAX,
+            start_new_session=True,
+        )
         worker = cls(proc, {})
         try:
             worker.hello = await asyncio.wait_for(worker._read(), timeout)
@@ -199,8 +207,13 @@ class Lease:
         try:
             return await worker.call(request, timeout)
         except WorkerError as exc:
-            log.warning("%s worker %d failed after %.2fs: %s", self.pool.name, self.slot.index,
-                        time.monotonic() - started, exc)
+            log.warning(
+                "%s worker %d failed after %.2fs: %s",
+                self.pool.name,
+                self.slot.index,
+                time.monotonic() - started,
+                exc,
+            )
             await self.pool._failed(self.slot)
             raise
         except asyncio.CancelledError:

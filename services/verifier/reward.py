@@ -14,7 +14,9 @@ CORRECT = 1.0  # paper: the final answer is correct
 WRONG = 0.5  # paper: parsed but wrong
 
 
-def reward(parsed: bool, verdict: Verdict | None, cost: float = 0.0, cost_weight: float = 0.0) -> float | None:
+def reward(
+    parsed: bool, verdict: Verdict | None, cost: float = 0.0, cost_weight: float = 0.0
+) -> float | None:
     """``parsed`` is whether the workflow parsed; ``verdict`` is None only when there was nothing to verify."""
     if not parsed:
         return UNPARSEABLE

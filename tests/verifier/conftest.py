@@ -29,7 +29,7 @@ TEST_ENV = {
 }
 
 
-def test_settings(**overrides: str) -> Settings:
+def make_settings(**overrides: str) -> Settings:
     return Settings.from_env({**TEST_ENV, **overrides})
 
 
@@ -37,11 +37,11 @@ def sandbox_capable() -> bool:
     """The full isolation suite needs root (separate uids) and a working bubblewrap."""
     from services.verifier.sandbox import launcher
 
-    settings = test_settings()
+    settings = make_settings()
     return os.geteuid() == 0 and launcher.choose_backend(settings) == "bwrap"
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def verifier() -> AsyncIterator[Verifier]:
-    async with Verifier(test_settings()) as v:
+    async with Verifier(make_settings()) as v:
         yield v

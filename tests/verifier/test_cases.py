@@ -37,14 +37,25 @@ def fill_letters(response: str, problem: datasets.Problem) -> str:
     if not isinstance(ref, TextReference) or "{" not in response or ref.kind != "mcq":
         return response
     wrong = next(letter for letter in "ABCD" if letter != ref.answer)
-    return response.replace("{gold_lower}", ref.answer.lower()).replace("{gold}", ref.answer).replace("{wrong}", wrong)
+    return (
+        response.replace("{gold_lower}", ref.answer.lower())
+        .replace("{gold}", ref.answer)
+        .replace("{wrong}", wrong)
+    )
 
 
 def test_there_are_enough_cases_across_families() -> None:
     families = {c["file"] for c in CASES}
     assert len(CASES) >= 100
-    assert {"math500.jsonl", "aime25.jsonl", "gpqa_diamond.csv", "mmlu.jsonl", "livecodebench.jsonl",
-            "bigcodebench.jsonl", "humaneval"} <= families
+    assert {
+        "math500.jsonl",
+        "aime25.jsonl",
+        "gpqa_diamond.csv",
+        "mmlu.jsonl",
+        "livecodebench.jsonl",
+        "bigcodebench.jsonl",
+        "humaneval",
+    } <= families
 
 
 @pytest.mark.asyncio(loop_scope="session")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 
 import msgspec
 
@@ -43,12 +44,17 @@ class Sandbox:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.backend = launcher.choose_backend(settings)
-        self.pool = WorkerPool("sandbox", self._spawn, settings.sandbox_workers, settings.worker_start_timeout_s)
+        self.pool = WorkerPool(
+            "sandbox", self._spawn, settings.sandbox_workers, settings.worker_start_timeout_s
+        )
         self.layers = LayerReport(backend=self.backend, active={})
         self.refusal: str | None = None
+        self.scratch_dirs: list[str] = []
 
     def _spawn(self, slot: int) -> tuple[list[str], dict[str, str] | None, str | None]:
         plan = launcher.plan(self.settings, slot, self.backend)
+        if plan.scratch:
+            self.scratch_dirs.append(plan.scratch)
         return plan.argv, plan.env or None, "/"
 
     async def start(self) -> LayerReport:
@@ -61,18 +67,29 @@ class Sandbox:
         if self.layers.missing:
             log.warning("SANDBOX ISOLATION INCOMPLETE: %s", self.layers.describe())
         if missing_required:
-            self.refusal = f"required sandbox layers missing: {', '.join(missing_required)} ({self.layers.describe()})"
+            self.refusal = (
+                f"required sandbox layers missing: {', '.join(missing_required)} ({self.layers.describe()})"
+            )
             log.error("REFUSING TO RUN CODE: %s", self.refusal)
         return self.layers
 
     async def close(self) -> None:
         await self.pool.close()
+        for path in self.scratch_dirs:
+            shutil.rmtree(path, ignore_errors=True)
 
     def limits(self, timeout: float) -> dict:
         lim = self.settings.limits
         mb = 1024 * 1024
-        return {"memory": lim.memory_mb * mb, "cpu": max(1, math.ceil(timeout) + 1), "fsize": lim.fsize_mb * mb,
-                "nproc": lim.nproc, "nofile": lim.nofile, "output": lim.output_mb * mb, "timeout": timeout}
+        return {
+            "memory": lim.memory_mb * mb,
+            "cpu": max(1, math.ceil(timeout) + 1),
+            "fsize": lim.fsize_mb * mb,
+            "nproc": lim.nproc,
+            "nofile": lim.nofile,
+            "output": lim.output_mb * mb,
+            "timeout": timeout,
+        }
 
     def host_deadline(self, inner: float) -> float:
         """Our own deadline for a job whose inner wall clock is ``inner``: generous, but always finite."""

@@ -46,6 +46,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     argv: list[str]
     env: dict[str, str]
     runtime: str  # where the runtime folder is, as seen from inside
+    scratch: str | None = (
+        None  # a host directory we created for this supervisor (non-bwrap backends), to remove
+    )
 
 
 def repo_root() -> Path:
@@ -69,10 +72,19 @@ def hidden_paths(settings: Settings) -> list[str]:
 def must_not_see(settings: Settings) -> list[str]:
     """What the supervisor checks is absent from its view (the 'hidden' layer): our source, tests, dataset files."""
     root = repo_root()
-    paths = [str(root / "services"), str(root / "tests"), str(root / "pyproject.toml"),
-             str(Path.home() / ".ssh"), str(Path.home() / ".cache")]
+    paths = [
+        str(root / "services"),
+        str(root / "tests"),
+        str(root / "pyproject.toml"),
+        str(Path.home() / ".ssh"),
+        str(Path.home() / ".cache"),
+    ]
     for hidden in hidden_paths(settings):
-        paths += [os.path.join(hidden, e) for e in sorted(os.listdir(hidden))[:3]] if os.path.isdir(hidden) else [hidden]
+        paths += (
+            [os.path.join(hidden, e) for e in sorted(os.listdir(hidden))[:3]]
+            if os.path.isdir(hidden)
+            else [hidden]
+        )
     return [p for p in paths if os.path.exists(p)]
 
 
@@ -90,14 +102,30 @@ def slot_config(settings: Settings, slot: int) -> dict:
         "site": True,
         "preload": list(settings.sandbox_preload),
         "must_hide": must_not_see(settings),
-        "tester_limits": {"memory": settings.limits.memory_mb * 1024 * 1024, "cpu": 10**7,
-                          "fsize": settings.limits.fsize_mb * 1024 * 1024, "nproc": 16, "nofile": 256},
+        "tester_limits": {
+            "memory": settings.limits.memory_mb * 1024 * 1024,
+            "cpu": 10**7,
+            "fsize": settings.limits.fsize_mb * 1024 * 1024,
+            "nproc": 16,
+            "nofile": 256,
+        },
     }
 
 
 def bwrap_argv(settings: Settings, bwrap: str) -> list[str]:
-    argv = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv"]
+    argv = [
+        bwrap,
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+    ]
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
@@ -115,9 +143,29 @@ def bwrap_argv(settings: Settings, bwrap: str) -> list[str]:
     for path in hidden_paths(settings):
         argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
     size = str(settings.sandbox_tmp_mb * 1024 * 1024)
-    argv += ["--ro-bind", str(RUNTIME_DIR), RUNTIME_MOUNT, "--dev", "/dev", "--proc", "/proc",
-             "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", str(64 * 1024 * 1024), "--tmpfs", "/dev/shm", "--chdir", "/tmp"]
+    argv += [
+        "--ro-bind",
+        str(RUNTIME_DIR),
+        RUNTIME_MOUNT,
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--perms",
+        "1777",
+        "--size",
+        size,
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--size",
+        str(64 * 1024 * 1024),
+        "--tmpfs",
+        "/dev/shm",
+        "--chdir",
+        "/tmp",
+    ]
     for key, value in SANDBOX_ENV.items():
         argv += ["--setenv", key, value]
     if os.geteuid() == 0:
@@ -132,9 +180,27 @@ def bwrap_works(bwrap: str) -> bool:
     """One real launch with the flags we use; a container without user namespaces or mount rights fails here."""
     try:
         probe = subprocess.run(
-            [bwrap, "--unshare-net", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-             "--tmpfs", "/tmp", "--die-with-parent", "--new-session", "true"],
-            capture_output=True, timeout=20, check=False)
+            [
+                bwrap,
+                "--unshare-net",
+                "--unshare-pid",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--tmpfs",
+                "/tmp",
+                "--die-with-parent",
+                "--new-session",
+                "true",
+            ],
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return probe.returncode == 0
@@ -146,8 +212,12 @@ def unshare_works() -> bool:
     if not tool:
         return False
     try:
-        probe = subprocess.run([tool, "--net", "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
-                               timeout=20, check=False)
+        probe = subprocess.run(
+            [tool, "--net", "--pid", "--fork", "--mount-proc", "true"],
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return probe.returncode == 0
@@ -175,6 +245,15 @@ def plan(settings: Settings, slot: int, backend: str) -> Plan:
     config["must_hide"] = []  # without a private mount namespace nothing is hidden; the probe reports it
     argv = supervisor_argv(runtime, config)
     if backend == "unshare":
-        argv = [shutil.which("unshare") or "unshare", "--net", "--pid", "--fork", "--mount-proc", "--ipc", "--uts",
-                "--kill-child", *argv]
-    return Plan(backend=backend, argv=argv, env=dict(SANDBOX_ENV), runtime=runtime)
+        argv = [
+            shutil.which("unshare") or "unshare",
+            "--net",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--ipc",
+            "--uts",
+            "--kill-child",
+            *argv,
+        ]
+    return Plan(backend=backend, argv=argv, env=dict(SANDBOX_ENV), runtime=runtime, scratch=scratch)

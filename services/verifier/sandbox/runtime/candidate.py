@@ -30,7 +30,9 @@ def confine(spec: dict, fds: list[int]) -> None:
     high = [_dup_high(fd) for fd in fds]  # move sources above the 0..n range before overwriting any of it
     for target, fd in enumerate(high):
         os.dup2(fd, target)
-        os.set_blocking(target, True)  # the supervisor's select loop may have left the shared description non-blocking
+        os.set_blocking(
+            target, True
+        )  # the supervisor's select loop may have left the shared description non-blocking
     os.closerange(len(fds), 65536)
     os.chdir(spec["cwd"])
     limits = spec["limits"]

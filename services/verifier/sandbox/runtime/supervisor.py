@@ -25,9 +25,23 @@ import tester
 from pump import Capped, FrameReader, Pump
 
 ZYGOTE_WAIT = 5.0
-KEEP_ENV = {"PATH", "HOME", "LANG", "LC_ALL", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING",
-            "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "MPLBACKEND",
-            "TMPDIR", "PYTHONUNBUFFERED", "PWD"}
+KEEP_ENV = {
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "PYTHONHASHSEED",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONIOENCODING",
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "MPLBACKEND",
+    "TMPDIR",
+    "PYTHONUNBUFFERED",
+    "PWD",
+}
 
 
 class Fatal(Exception):
@@ -68,7 +82,13 @@ class Sandbox:
     def spawn(self, mode: str, limits: dict, cwd: str) -> dict:
         """Ask the zygote for a confined candidate; returns our ends of its pipes and its pid."""
         ours, theirs = {}, []
-        for name, child_reads in (("stdin", True), ("stdout", False), ("stderr", False), ("ctl", True), ("res", False)):
+        for name, child_reads in (
+            ("stdin", True),
+            ("stdout", False),
+            ("stderr", False),
+            ("ctl", True),
+            ("res", False),
+        ):
             r, w = os.pipe()
             ours[name] = w if child_reads else r
             theirs.append(r if child_reads else w)
@@ -131,8 +151,13 @@ class Sandbox:
 
     def _other_pids(self) -> list[int]:
         if not self.pidns:  # without a pid namespace only the candidate's own uid is safe to sweep
-            return [pid for pid in _proc_pids() if _uid_of(pid) in (self.cand_uid, self.test_uid)
-                    and pid not in self.protected and self.cand_uid is not None]
+            return [
+                pid
+                for pid in _proc_pids()
+                if _uid_of(pid) in (self.cand_uid, self.test_uid)
+                and pid not in self.protected
+                and self.cand_uid is not None
+            ]
         return [pid for pid in _proc_pids() if pid not in self.protected]
 
     def fresh_dirs(self) -> tuple[str, str]:
@@ -262,7 +287,9 @@ class Run:
                 os.kill(self.child["pid"], signal.SIGKILL)
             self.exit_status = self.sandbox.wait_exit()
         self.sandbox.kill_all()
-        self.pump.run(lambda: not self.pump.readers, time.monotonic() + 1.0)  # every writer is dead: EOF comes fast
+        self.pump.run(
+            lambda: not self.pump.readers, time.monotonic() + 1.0
+        )  # every writer is dead: EOF comes fast
         self.pump.close()
         for name in ("stdin", "stdout", "stderr", "ctl", "res"):
             with contextlib.suppress(OSError):
@@ -270,8 +297,10 @@ class Run:
         return exit_info(self.exit_status)
 
     def output(self) -> dict:
-        return {"stdout": self.stdout.data.decode("utf-8", "replace"),
-                "stderr": self.stderr.data[-4000:].decode("utf-8", "replace")}
+        return {
+            "stdout": self.stdout.data.decode("utf-8", "replace"),
+            "stderr": self.stderr.data[-4000:].decode("utf-8", "replace"),
+        }
 
 
 def _status(done: bool, run: Run, timed_out_status: str = "timeout") -> str:
@@ -290,8 +319,9 @@ def job_stdio(sb: Sandbox, req: dict) -> dict:
     pump.write(child["stdin"], req.get("stdin", "").encode("utf-8", "surrogateescape"), close=True)
     child["ctl"] = child["stdin"] = -1
     start = time.monotonic()
-    done = pump.run(lambda: (run.stdout.eof and run.stderr.eof) or run.exited or run.overflow(),
-                    start + limits["timeout"])
+    done = pump.run(
+        lambda: (run.stdout.eof and run.stderr.eof) or run.exited or run.overflow(), start + limits["timeout"]
+    )
     elapsed = time.monotonic() - start
     exit_ = run.finish()
     return {"status": _status(done, run), "exit": exit_, "elapsed": elapsed, **run.output()}
@@ -313,14 +343,24 @@ def job_call(sb: Sandbox, req: dict) -> dict:
 
     def wait_frame(n: int) -> bool:
         deadline = min(time.monotonic() + limits["timeout"], total_deadline)
-        return pump.run(lambda: len(run.results.frames) >= n or run.results.eof or run.results.error is not None
-                        or run.exited or run.overflow(), deadline)
+        return pump.run(
+            lambda: (
+                len(run.results.frames) >= n
+                or run.results.eof
+                or run.results.error is not None
+                or run.exited
+                or run.overflow()
+            ),
+            deadline,
+        )
 
     if not wait_frame(1):
         status = "timeout"
     elif run.results.frames and "loaded" in run.results.frames[0]:
         for i, args in enumerate(req["calls"]):
-            pump.write(child["ctl"], frames.encode({"cls": req.get("cls"), "name": req["name"], "args": args}))
+            pump.write(
+                child["ctl"], frames.encode({"cls": req.get("cls"), "name": req["name"], "args": args})
+            )
             if not wait_frame(i + 2):
                 status = "timeout"
                 break
@@ -333,8 +373,15 @@ def job_call(sb: Sandbox, req: dict) -> dict:
     got = run.results.frames
     load = got[0] if got else {"load_error": ["Crashed", "no reply from the program"]}
     replies = got[1:]
-    return {"status": status, "load": load, "replies": replies, "exit": exit_, "elapsed": elapsed,
-            "protocol_error": run.results.error, **run.output()}
+    return {
+        "status": status,
+        "load": load,
+        "replies": replies,
+        "exit": exit_,
+        "elapsed": elapsed,
+        "protocol_error": run.results.error,
+        **run.output(),
+    }
 
 
 def start_tester(sb: Sandbox) -> dict:
@@ -347,8 +394,10 @@ def start_tester(sb: Sandbox) -> dict:
     if pid == 0:
         try:
             devnull = os.open(os.devnull, os.O_RDWR)
-            candidate.confine({"cwd": sb.scratch, "limits": limits, "uid": sb.test_uid},
-                              [devnull, devnull, devnull, job_r, result_w, theirs.fileno()])
+            candidate.confine(
+                {"cwd": sb.scratch, "limits": limits, "uid": sb.test_uid},
+                [devnull, devnull, devnull, job_r, result_w, theirs.fileno()],
+            )
         except BaseException:  # never run the tests unconfined
             os._exit(121)
         tester.serve()
@@ -378,11 +427,18 @@ def job_humaneval(sb: Sandbox, req: dict) -> dict:
     done = False
     if flushed:
         socket.send_fds(proc["sock"], [b"job"], [child["ctl"], child["res"]])
-        job = {"id": sb.job_id, "prompt": req["prompt"], "test": req["test"], "entry_point": req["entry_point"]}
+        job = {
+            "id": sb.job_id,
+            "prompt": req["prompt"],
+            "test": req["test"],
+            "entry_point": req["entry_point"],
+        }
         pump.write(proc["job"], frames.encode(job))
         pump.read(proc["result"], verdict.feed)
         mine = lambda: any(f.get("id") == sb.job_id for f in verdict.frames)  # noqa: E731
-        done = pump.run(lambda: mine() or verdict.eof or verdict.error is not None or run.overflow(), deadline)
+        done = pump.run(
+            lambda: mine() or verdict.eof or verdict.error is not None or run.overflow(), deadline
+        )
         pump.forget(proc["result"])
     elapsed = time.monotonic() - start
     result = next((f for f in verdict.frames if f.get("id") == sb.job_id), None)
@@ -401,21 +457,35 @@ def job_unittest(sb: Sandbox, req: dict) -> dict:
     child = sb.spawn("unittest", limits, work)
     run = Run(sb, pump, child, limits)
     nonce = secrets.token_hex(16)
-    first = {"program": req["program"], "test": req["test"], "preload": req.get("preload", []), "nonce": nonce}
+    first = {
+        "program": req["program"],
+        "test": req["test"],
+        "preload": req.get("preload", []),
+        "nonce": nonce,
+    }
     pump.write(child["ctl"], frames.encode(first), close=True)
     os.close(child["stdin"])
     child["ctl"] = child["stdin"] = -1
     start = time.monotonic()
-    done = pump.run(lambda: run.results.eof or run.results.error is not None or run.exited or run.overflow(),
-                    start + limits["timeout"])
+    done = pump.run(
+        lambda: run.results.eof or run.results.error is not None or run.exited or run.overflow(),
+        start + limits["timeout"],
+    )
     elapsed = time.monotonic() - start
     exit_ = run.finish()
     reports = run.results.frames
     forged = len(reports) > 1 or (len(reports) == 1 and reports[0].get("nonce") != nonce)
     report = reports[0] if len(reports) == 1 and not forged else {}
-    return {"status": _status(done, run), "exit": exit_, "elapsed": elapsed, "results": report.get("results"),
-            "tampered": report.get("tampered") or ("a report not written by the harness arrived" if forged else None),
-            "protocol_error": run.results.error, **run.output()}
+    return {
+        "status": _status(done, run),
+        "exit": exit_,
+        "elapsed": elapsed,
+        "results": report.get("results"),
+        "tampered": report.get("tampered")
+        or ("a report not written by the harness arrived" if forged else None),
+        "protocol_error": run.results.error,
+        **run.output(),
+    }
 
 
 JOBS = {"stdio": job_stdio, "call": job_call, "humaneval": job_humaneval, "unittest": job_unittest}

@@ -86,7 +86,11 @@ def run(job: dict, call_fd: int, reply_fd: int) -> dict:
         exec(compile(job["test"], "<test>", "exec"), ns)
         check = ns["check"]
     except BaseException as exc:  # the dataset's own code does not load: not the candidate's fault
-        return {"passed": False, "error": f"test harness error: {type(exc).__name__}: {exc}"[:400], "harness": True}
+        return {
+            "passed": False,
+            "error": f"test harness error: {type(exc).__name__}: {exc}"[:400],
+            "harness": True,
+        }
     proxy = Proxy(job["entry_point"], call_fd, reply_fd)
     ns[job["entry_point"]] = proxy  # checks may name the function directly, as if in one module with it
     try:

@@ -34,12 +34,12 @@ import sys
 import threading
 import types
 import unittest
-from collections.abc import Callable
 import unittest.case
 import unittest.loader
 import unittest.mock
 import unittest.result
 import unittest.suite
+from collections.abc import Callable
 
 import frames
 import values
@@ -56,7 +56,8 @@ _is_module = types.ModuleType.__instancecheck__
 _enumerate_threads = threading.enumerate
 
 TRUSTED_ROOTS = tuple(
-    os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(__file__)}
+    os.path.realpath(p) + os.sep
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(__file__)}
 )
 SENSITIVE_DUNDERS = frozenset(
     "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __bool__ __len__ __hash__ __contains__ __iter__ __getitem__ "
@@ -65,8 +66,18 @@ SENSITIVE_DUNDERS = frozenset(
 )
 FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "__code__", "f_back"})
 ALWAYS_BLOCKED = frozenset(
-    {"sys.settrace", "sys.setprofile", "sys.addaudithook", "gc.get_objects", "gc.get_referrers",
-     "gc.get_referents", "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at", "sys._current_frames"}
+    {
+        "sys.settrace",
+        "sys.setprofile",
+        "sys.addaudithook",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "ctypes.cdata",
+        "ctypes.string_at",
+        "ctypes.wstring_at",
+        "sys._current_frames",
+    }
 )
 DIRECT_BLOCKED = frozenset({"sys._getframe", "code.__new__"})
 
@@ -76,7 +87,11 @@ class Tampered(BaseException):
 
 
 def is_trusted_file(filename: str) -> bool:
-    return filename.startswith(TRUSTED_ROOTS) or filename in ("<test>", "<harness>") or filename.startswith("<frozen")
+    return (
+        filename.startswith(TRUSTED_ROOTS)
+        or filename in ("<test>", "<harness>")
+        or filename.startswith("<frozen")
+    )
 
 
 def is_candidate_code(code: types.CodeType) -> bool:
@@ -185,7 +200,9 @@ class Snapshot:
     name was resolved before the snapshot); keys that disappear or point to a different object are tampering.
     """
 
-    def __init__(self, watched: list[tuple[str, object]], extra: list[tuple[str, Callable[[], dict]]]) -> None:
+    def __init__(
+        self, watched: list[tuple[str, object]], extra: list[tuple[str, Callable[[], dict]]]
+    ) -> None:
         self.parts: list[tuple[str, Callable[[], dict], dict, dict]] = []
         for label, obj in watched:
             self._add(label, functools.partial(_namespace, obj))
@@ -214,7 +231,8 @@ class Snapshot:
             return "a trace or profile hook was installed"
         callbacks = list(gc.callbacks)
         if len(callbacks) != len(self.gc_callbacks) or any(
-                a is not b for a, b in zip(callbacks, self.gc_callbacks, strict=True)):
+            a is not b for a, b in zip(callbacks, self.gc_callbacks, strict=True)
+        ):
             return "gc callbacks were changed"
         return self._lingering_threads()
 
@@ -240,8 +258,12 @@ def _signal_state() -> tuple:
             handlers.append(signal.getsignal(sig))
         except (OSError, ValueError):
             continue
-    return (*handlers, signal.getitimer(signal.ITIMER_REAL), signal.getitimer(signal.ITIMER_VIRTUAL),
-            signal.getitimer(signal.ITIMER_PROF))
+    return (
+        *handlers,
+        signal.getitimer(signal.ITIMER_REAL),
+        signal.getitimer(signal.ITIMER_VIRTUAL),
+        signal.getitimer(signal.ITIMER_PROF),
+    )
 
 
 class Judge:
@@ -412,7 +434,9 @@ def attribute_modules(source: str) -> list[types.ModuleType]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+                aliases[alias.asname or alias.name.split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
@@ -426,7 +450,9 @@ def attribute_modules(source: str) -> list[types.ModuleType]:
             continue
         dotted = [*aliases[node.id].split("."), *reversed(chain)]
         obj: object = sys.modules.get(dotted[0])
-        for part in dotted[1:]:  # getattr, not sys.modules: lazily-loaded submodules get loaded now, pre-snapshot
+        for part in dotted[
+            1:
+        ]:  # getattr, not sys.modules: lazily-loaded submodules get loaded now, pre-snapshot
             if isinstance(obj, types.ModuleType):
                 found[obj.__name__] = obj
             try:
@@ -443,11 +469,25 @@ def run(program: str, test: str, extra_preload: list[str], nonce: str) -> None:
     wanted = ["unittest", "unittest.mock", *imported_modules(test), *extra_preload]
     modules = preload(wanted)
     modules += attribute_modules(test)
-    core = [builtins, unittest, unittest.case, unittest.result, unittest.loader, unittest.suite, unittest.mock,
-            sys.modules[__name__], frames, values, json, json.encoder]
+    core = [
+        builtins,
+        unittest,
+        unittest.case,
+        unittest.result,
+        unittest.loader,
+        unittest.suite,
+        unittest.mock,
+        sys.modules[__name__],
+        frames,
+        values,
+        json,
+        json.encoder,
+    ]
     judge = Judge(list({id(m): m for m in core + modules}.values()))
     results: dict[str, str] = {}
-    final = Judge([frames, values, json, json.encoder, sys.modules[__name__]]).snapshot()  # the report's own path
+    final = Judge(
+        [frames, values, json, json.encoder, sys.modules[__name__]]
+    ).snapshot()  # the report's own path
     sys.addaudithook(make_audit_hook())
     try:
         results = _run_armed(program, test, judge)
@@ -486,8 +526,11 @@ def _run_armed(program: str, test: str, judge: Judge) -> dict[str, str]:
         test_ns[name] = judge.guard(obj) if isinstance(obj, types.FunctionType) else obj
     exec(compile(test, "<test>", "exec"), test_ns)
     judge.extra.append(("the test module", lambda: test_ns))
-    cases = [obj for obj in test_ns.values()
-             if isinstance(obj, type) and issubclass(obj, TestCase) and obj.__module__ == "__bcb_tests__"]
+    cases = [
+        obj
+        for obj in test_ns.values()
+        if isinstance(obj, type) and issubclass(obj, TestCase) and obj.__module__ == "__bcb_tests__"
+    ]
     recorder = Recorder(judge)
     loader = TestLoader()
     for case in cases:

@@ -52,7 +52,9 @@ def to_tree(value: object, depth: int = 0, budget: list[int] | None = None) -> o
     if kind is tuple:
         return {"t": [to_tree(v, depth + 1, budget) for v in value]}  # type: ignore[union-attr]
     if kind is dict:
-        return {"d": [[to_tree(k, depth + 1, budget), to_tree(v, depth + 1, budget)] for k, v in value.items()]}  # type: ignore[union-attr]
+        return {
+            "d": [[to_tree(k, depth + 1, budget), to_tree(v, depth + 1, budget)] for k, v in value.items()]
+        }  # type: ignore[union-attr]
     if kind is set or kind is frozenset:
         tag = "s" if kind is set else "fs"
         return {tag: [to_tree(v, depth + 1, budget) for v in value]}  # type: ignore[union-attr]
