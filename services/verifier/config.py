@@ -10,7 +10,7 @@ import msgspec
 
 from conductor.settings import CommonSettings
 
-ALL_LAYERS = ("netns", "pidns", "rofs", "hidden", "env", "uid", "rlimits")
+ALL_LAYERS = ("netns", "pidns", "rofs", "hidden", "env", "uid", "rlimits", "seccomp")
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,6 +38,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     sandbox_tmp_mb: int = 256
     sandbox_hide: tuple[str, ...] = ()
     sandbox_preload: tuple[str, ...] = ()
+    sandbox_seccomp: bool = True
     limits: Limits = Limits()
     # Wall-clock limits enforced by the supervisor inside the sandbox (seconds).
     stdio_timeout_s: float = 6.0  # per test, LiveCodeBench's usual per-test budget
@@ -91,6 +92,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             sandbox_tmp_mb=num("CONDUCTOR_SANDBOX_TMP_MB", 256),
             sandbox_hide=listing("CONDUCTOR_SANDBOX_HIDE", os.pathsep),
             sandbox_preload=listing("CONDUCTOR_SANDBOX_PRELOAD"),
+            sandbox_seccomp=env.get("CONDUCTOR_SANDBOX_SECCOMP", "1") not in ("0", "false", "no"),
             limits=limits,
             stdio_timeout_s=num("CONDUCTOR_VERIFIER_STDIO_TIMEOUT_S", 6.0, float),
             call_timeout_s=num("CONDUCTOR_VERIFIER_CALL_TIMEOUT_S", 6.0, float),

@@ -28,7 +28,7 @@ from services.verifier import codecheck, mcq
 from services.verifier.config import Settings
 from services.verifier.extract import final_answers, last_python_block
 from services.verifier.math_equiv import normalize_text
-from services.verifier.pool import WorkerError, WorkerPool
+from services.verifier.pool import Launch, WorkerError, WorkerPool
 from services.verifier.sandbox import launcher
 from services.verifier.sandbox.client import LayerReport, Sandbox
 
@@ -36,8 +36,8 @@ log = logging.getLogger(__name__)
 MCQ_DOMAINS = {"mcq", "multiple_choice", "gpqa", "gpqa_diamond", "mmlu", "mmlu_pro"}
 
 
-def _math_spawner(slot: int) -> tuple[list[str], dict[str, str] | None, str | None]:
-    return [sys.executable, "-m", "services.verifier.math_worker"], None, str(launcher.repo_root())
+def _math_spawner(slot: int) -> Launch:
+    return Launch(argv=[sys.executable, "-m", "services.verifier.math_worker"], cwd=str(launcher.repo_root()))
 
 
 def is_mcq(ref: TextReference, domain: str | None) -> bool:

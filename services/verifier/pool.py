@@ -15,6 +15,8 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 
+import msgspec
+
 from services.verifier.sandbox.runtime import frames
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,20 @@ class WorkerUnavailable(WorkerError):
     """No worker could be started."""
 
 
-Spawner = Callable[[int], tuple[list[str], dict[str, str] | None, str | None]]
+DATA_FD = "@DATA_FD@"
+
+
+class Launch(msgspec.Struct, frozen=True, kw_only=True):
+    """How to start one worker. ``data`` is handed over on an inherited pipe whose number replaces ``@DATA_FD@`` in
+    ``argv`` (bubblewrap reads its seccomp program that way)."""
+
+    argv: list[str]
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    data: bytes | None = None
+
+
+Spawner = Callable[[int], Launch]
 
 
 class Worker:
@@ -47,24 +62,33 @@ class Worker:
         self.hello = hello
 
     @classmethod
-    async def start(
-        cls, argv: list[str], env: dict[str, str] | None, cwd: str | None, timeout: float
-    ) -> Worker:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            env=env,
-            cwd=cwd,
-            limit=frames.DEFAULT_MAX,
-            start_new_session=True,
-        )
+    async def start(cls, launch: Launch, timeout: float) -> Worker:
+        argv, fds = launch.argv, ()
+        if launch.data is not None:
+            read_end, write_end = os.pipe()
+            os.write(write_end, launch.data)  # small (a seccomp program): fits the pipe buffer
+            os.close(write_end)
+            argv, fds = [str(read_end) if a == DATA_FD else a for a in argv], (read_end,)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                env=launch.env,
+                cwd=launch.cwd,
+                limit=frames.DEFAULT_MAX,
+                start_new_session=True,
+                pass_fds=fds,
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
         worker = cls(proc, {})
         try:
             worker.hello = await asyncio.wait_for(worker._read(), timeout)
         except (TimeoutError, WorkerLost) as exc:
             await worker.kill()
-            raise WorkerUnavailable(f"{argv[0]} did not start: {exc!r}") from exc
+            raise WorkerUnavailable(f"{launch.argv[0]} did not start: {exc!r}") from exc
         return worker
 
     async def _read(self) -> dict:
@@ -142,10 +166,10 @@ class WorkerPool:
         return [w.hello for w in workers]
 
     def _respawn(self, slot: Slot) -> None:
-        argv, env, cwd = self.spawner(slot.index)
+        launch = self.spawner(slot.index)
 
         async def boot() -> Worker:
-            worker = await Worker.start(argv, env, cwd, self.start_timeout)
+            worker = await Worker.start(launch, self.start_timeout)
             slot.worker = worker
             return worker
 

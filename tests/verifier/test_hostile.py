@@ -147,6 +147,18 @@ CASES: dict[str, tuple[Reference, str]] = {
         "import os\nf = open(f'/proc/{os.getppid()}/mem', 'rb')\nprint('read')",
     ),
     "setuid_root": (stdio("root"), "import os\nos.setuid(0)\nprint('root')"),
+    "new_user_namespace": (
+        stdio("unshared"),
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.unshare(0x10000000) == 0:\n    print('unshared')",
+    ),
+    "mount_tmpfs": (
+        stdio("mounted"),
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.mount(b'x', b'/tmp', b'tmpfs', 0, None) == 0:\n    print('mounted')",
+    ),
+    "ptrace_attach_parent": (
+        stdio("attached"),
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.ptrace(16, os.getppid(), 0, 0) == 0:\n    print('attached')",
+    ),
     "exit_zero_early": (stdio("42", "1"), "import sys\nsys.exit(0)\nprint(42)"),
     "os_exit_early": (stdio("42", "1"), "import os\nos._exit(0)"),
     "fake_ok_output": (stdio("42", "1"), "print('OK')\nprint('All tests passed')\nprint('PASSED')"),

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from services.verifier.pool import DeadlineExceeded, WorkerLost, WorkerPool, WorkerUnavailable
+from services.verifier.pool import DeadlineExceeded, Launch, WorkerLost, WorkerPool, WorkerUnavailable
 
 # A tiny worker speaking our frames: echoes, hangs, or dies on request.
 WORKER = textwrap.dedent("""
@@ -25,10 +25,10 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def spawner(slot: int) -> tuple[list[str], None, None]:
+def spawner(slot: int) -> Launch:
     from services.verifier.sandbox.launcher import RUNTIME_DIR
 
-    return [sys.executable, "-c", WORKER.format(runtime=str(RUNTIME_DIR))], None, None
+    return Launch(argv=[sys.executable, "-c", WORKER.format(runtime=str(RUNTIME_DIR))])
 
 
 @pytest.mark.asyncio
@@ -53,7 +53,7 @@ async def test_echo_and_deadline_kill_and_respawn() -> None:
 async def test_a_worker_that_cannot_start_is_reported() -> None:
     pool = WorkerPool(
         "broken",
-        lambda slot: ([sys.executable, "-c", "import time; time.sleep(60)"], None, None),
+        lambda slot: Launch(argv=[sys.executable, "-c", "import time; time.sleep(60)"]),
         1,
         start_timeout=0.5,
     )

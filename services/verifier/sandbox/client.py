@@ -14,7 +14,7 @@ import shutil
 import msgspec
 
 from services.verifier.config import ALL_LAYERS, Settings
-from services.verifier.pool import Lease, WorkerPool
+from services.verifier.pool import Launch, Lease, WorkerPool
 from services.verifier.sandbox import launcher
 
 log = logging.getLogger(__name__)
@@ -51,11 +51,11 @@ class Sandbox:
         self.refusal: str | None = None
         self.scratch_dirs: list[str] = []
 
-    def _spawn(self, slot: int) -> tuple[list[str], dict[str, str] | None, str | None]:
+    def _spawn(self, slot: int) -> Launch:
         plan = launcher.plan(self.settings, slot, self.backend)
         if plan.scratch:
             self.scratch_dirs.append(plan.scratch)
-        return plan.argv, plan.env or None, "/"
+        return Launch(argv=plan.argv, env=plan.env or None, cwd="/", data=plan.seccomp)
 
     async def start(self) -> LayerReport:
         hellos = await self.pool.start()

@@ -21,6 +21,8 @@ from pathlib import Path
 import msgspec
 
 from services.verifier.config import Settings
+from services.verifier.pool import DATA_FD
+from services.verifier.sandbox import seccomp
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 RUNTIME_MOUNT = "/opt/conductor-sandbox"
@@ -46,9 +48,8 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     argv: list[str]
     env: dict[str, str]
     runtime: str  # where the runtime folder is, as seen from inside
-    scratch: str | None = (
-        None  # a host directory we created for this supervisor (non-bwrap backends), to remove
-    )
+    scratch: str | None = None  # a host dir made for this supervisor (non-bwrap backends), removed on close
+    seccomp: bytes | None = None  # the filter program bubblewrap reads from the fd named in argv
 
 
 def repo_root() -> Path:
@@ -168,6 +169,8 @@ def bwrap_argv(settings: Settings, bwrap: str) -> list[str]:
     ]
     for key, value in SANDBOX_ENV.items():
         argv += ["--setenv", key, value]
+    if settings.sandbox_seccomp and seccomp.supported():
+        argv += ["--seccomp", DATA_FD]
     if os.geteuid() == 0:
         argv += ["--cap-drop", "ALL"]
         for cap in ROOT_CAPS:
@@ -237,7 +240,8 @@ def plan(settings: Settings, slot: int, backend: str) -> Plan:
     if backend == "bwrap":
         config.update(scratch="/tmp", private_tmp=True)
         argv = bwrap_argv(settings, settings.bwrap_path or "bwrap") + supervisor_argv(RUNTIME_MOUNT, config)
-        return Plan(backend=backend, argv=argv, env={}, runtime=RUNTIME_MOUNT)
+        program = seccomp.program() if DATA_FD in argv else None
+        return Plan(backend=backend, argv=argv, env={}, runtime=RUNTIME_MOUNT, seccomp=program)
     runtime = str(RUNTIME_DIR)
     scratch = tempfile.mkdtemp(prefix=f"conductor-sandbox-{slot}-")
     os.chmod(scratch, 0o711)

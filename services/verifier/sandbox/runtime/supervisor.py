@@ -503,8 +503,17 @@ def probe(sb: Sandbox) -> dict:
         "env": set(os.environ) <= KEEP_ENV,
         "uid": sb.cand_uid is not None and _can_drop(sb.cand_uid),
         "rlimits": True,
+        "seccomp": _seccomp_filtered(),
     }
     return layers
+
+
+def _seccomp_filtered() -> bool:
+    try:
+        with open("/proc/self/status") as fh:
+            return any(line.split() == ["Seccomp:", "2"] for line in fh)
+    except OSError:
+        return False
 
 
 def _readonly(path: str) -> bool:
