@@ -238,14 +238,14 @@ def choose_backend(settings: Settings) -> str:
 def plan(settings: Settings, slot: int, backend: str) -> Plan:
     config = slot_config(settings, slot)
     if backend == "bwrap":
-        config.update(scratch="/tmp", private_tmp=True)
+        config.update(scratch="/tmp", private_tmp=True, own_pidns=True)
         argv = bwrap_argv(settings, settings.bwrap_path or "bwrap") + supervisor_argv(RUNTIME_MOUNT, config)
         program = seccomp.program() if DATA_FD in argv else None
         return Plan(backend=backend, argv=argv, env={}, runtime=RUNTIME_MOUNT, seccomp=program)
     runtime = str(RUNTIME_DIR)
     scratch = tempfile.mkdtemp(prefix=f"conductor-sandbox-{slot}-")
     os.chmod(scratch, 0o711)
-    config.update(scratch=scratch, private_tmp=False)
+    config.update(scratch=scratch, private_tmp=False, own_pidns=backend == "unshare")
     config["must_hide"] = []  # without a private mount namespace nothing is hidden; the probe reports it
     argv = supervisor_argv(runtime, config)
     if backend == "unshare":

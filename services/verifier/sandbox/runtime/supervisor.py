@@ -55,7 +55,9 @@ class Sandbox:
         self.config = config
         self.cand_uid = config.get("cand_uid")
         self.test_uid = config.get("test_uid")
-        self.pidns = os.getpid() <= 3
+        # Sweeping "every other process" is only safe in a pid namespace we own: the host must say so *and* we must
+        # look like it (pid 1-3), never inferred from a small pid alone (a container's pid 2 is not a sandbox).
+        self.pidns = bool(config.get("own_pidns")) and os.getpid() <= 3
         self.protected = {1, os.getpid()}
         self.scratch = config["scratch"]
         private = config.get("private_tmp", False) and self.pidns
