@@ -156,3 +156,19 @@ async def test_cli_streams_verdict_lines() -> None:
         ("a", "correct"),
         ("c", "correct"),
     ]
+
+
+@pytest.mark.skipif(not sandbox_capable(), reason="needs root and a working bubblewrap")
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_sandbox_that_misses_our_deadline_is_killed_and_replaced(verifier: Verifier) -> None:
+    """Our deadline, enforced from the host: the supervisor is killed, the caller gets a typed error, the slot
+    comes back warm, and a verdict caught in this becomes ERROR (masked), never INCORRECT."""
+    sandbox = verifier.sandbox
+    restarts = sandbox.pool.restarts
+    job = {"op": "stdio", "program": "import time\ntime.sleep(30)", "stdin": "", "limits": sandbox.limits(30)}
+    async with sandbox.lease() as lease:
+        with pytest.raises(DeadlineExceeded):
+            await lease.call(job, 0.5)
+        ok = await sandbox.run(lease, {**job, "program": "print(7)", "limits": sandbox.limits(5)}, 5)
+    assert sandbox.pool.restarts == restarts + 1
+    assert ok["stdout"] == "7\n" and ok["status"] == "ok"
