@@ -21,5 +21,5 @@ def make_broker(settings: CommonSettings, *, name: str) -> NatsBroker:
         serializer=MsgSpecSerializer(),
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,
-        graceful_timeout=30.0,
+        graceful_timeout=settings.drain_timeout_s,
     )

@@ -16,6 +16,7 @@ import nats.errors
 from conductor.settings import CommonSettings
 from conductor.wire import encode
 from schemas.solve import SOLVE_SUBJECT, ProgressEvent, SolveRequest, SolveResult, progress_subject
+from schemas.tasks import Names
 
 _result_dec = msgspec.json.Decoder(SolveResult)
 _event_dec = msgspec.json.Decoder(ProgressEvent)
@@ -23,6 +24,10 @@ _event_dec = msgspec.json.Decoder(ProgressEvent)
 
 class SolveTimeoutError(TimeoutError):
     """No result within the client's timeout (the task may still finish server-side)."""
+
+
+class ResultNotReadyError(LookupError):
+    """No stored result for the task (yet)."""
 
 
 class ConductorClient:
@@ -64,3 +69,39 @@ class ConductorClient:
             if sub is not None:
                 await sub.unsubscribe()
         return _result_dec.decode(reply.data)
+
+    async def submit(self, req: SolveRequest) -> str:
+        """Durable intake: publish to the JetStream task queue, deduplicated by task id. Returns the task id."""
+        assert self._nc is not None, "use `async with ConductorClient(...)`"
+        task_id = req.task_id or uuid.uuid4().hex
+        req = msgspec.structs.replace(req, task_id=task_id)
+        names = Names.for_prefix(self.settings.subject_prefix)
+        js = self._nc.jetstream()
+        await js.publish(names.submit_subject, encode(req), stream=names.tasks_stream, headers={"Nats-Msg-Id": task_id})
+        return task_id
+
+    async def result(self, task_id: str, *, wait: float = 0.0) -> SolveResult:
+        """The stored result of a durable task; with ``wait`` > 0, watch for it up to that many seconds."""
+        assert self._nc is not None, "use `async with ConductorClient(...)`"
+        import asyncio
+
+        import nats.js.errors as js_errors
+
+        names = Names.for_prefix(self.settings.subject_prefix)
+        js = self._nc.jetstream()
+        try:
+            kv = await js.key_value(names.results_bucket)
+        except js_errors.BucketNotFoundError as exc:
+            raise ResultNotReadyError(f"no results bucket {names.results_bucket}: no executor has run yet") from exc
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            try:
+                entry = await kv.get(task_id)
+                if entry.value:
+                    return _result_dec.decode(entry.value)
+            except js_errors.KeyNotFoundError:
+                pass
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise ResultNotReadyError(f"no result for task {task_id} yet")
+            await asyncio.sleep(min(0.05, remaining))

@@ -6,7 +6,8 @@ process pools, models). ``build_app`` includes the routers of the requested serv
 Handlers follow one pattern (see any ``services/*/app.py``): take the raw message, decode through
 ``conductor.wire.decode`` (bad input -> typed error reply naming the field), call the pure core, return
 ``conductor.wire.encode(reply)``. Subscribers on request/reply subjects use a queue group named after the service,
-so replicas share the load.
+so replicas share the load, and pass ``max_workers=settings.handler_concurrency``: FastStream's NATS subscribers
+otherwise handle one message at a time.
 """
 
 from __future__ import annotations

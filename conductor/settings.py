@@ -19,6 +19,10 @@ class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
     pool_file: Path | None = None  # None: the bundled demo pool
     max_payload_bytes: int = 1_048_576  # requests larger than this get payload_too_large
     request_timeout_s: float = 600.0  # how long a service waits on another service's reply
+    # Messages a subscriber handles at once. FastStream's NATS default is 1 (strictly sequential), which would
+    # serialise every task in an executor; each subscriber passes this as ``max_workers``.
+    handler_concurrency: int = 1024
+    drain_timeout_s: float = 30.0  # on shutdown, how long in-flight handlers may finish before being cancelled
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CommonSettings:
@@ -33,6 +37,8 @@ class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
             pool_file=Path(pool) if pool else None,
             max_payload_bytes=int(env.get("CONDUCTOR_MAX_PAYLOAD_BYTES", "1048576")),
             request_timeout_s=float(env.get("CONDUCTOR_REQUEST_TIMEOUT_S", "600")),
+            handler_concurrency=int(env.get("CONDUCTOR_HANDLER_CONCURRENCY", "1024")),
+            drain_timeout_s=float(env.get("CONDUCTOR_DRAIN_TIMEOUT_S", "30")),
         )
 
     def subject(self, name: str) -> str:

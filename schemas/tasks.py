@@ -53,6 +53,7 @@ class TaskCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
     spent: Usage = Usage()  # worker + planner usage so far, for budgets across restarts
     wall_s: float = 0.0  # wall time spent in earlier deliveries, for max_wall_s across restarts
     deliveries: int = 1
+    errors: list[ErrorInfo] = []  # transient failures of earlier deliveries, oldest first (for the dead letter)
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,3 +61,38 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     request: SolveRequest
     attempts: int
     errors: list[ErrorInfo]  # the error chain, one per failed delivery, oldest first
+
+
+class Names(msgspec.Struct, frozen=True, kw_only=True):
+    """Concrete stream, bucket and subject names for a subject prefix (tests, tenants): subjects get the prefix,
+    stream and bucket names a suffix derived from it, so separate prefixes never share state."""
+
+    tasks_stream: str
+    submit_subject: str
+    results_bucket: str
+    result_events_stream: str
+    result_prefix: str
+    checkpoints_bucket: str
+    dead_stream: str
+    dead_prefix: str
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> Names:
+        tag = "".join(c if c.isalnum() else "_" for c in prefix.strip(".")).upper()
+        suffix = f"_{tag}" if tag else ""
+        return cls(
+            tasks_stream=TASKS_STREAM + suffix,
+            submit_subject=prefix + SUBMIT_SUBJECT,
+            results_bucket=RESULTS_BUCKET + suffix,
+            result_events_stream=RESULT_EVENTS_STREAM + suffix,
+            result_prefix=prefix + RESULT_SUBJECT_PREFIX,
+            checkpoints_bucket=CHECKPOINTS_BUCKET + suffix,
+            dead_stream=DEAD_STREAM + suffix,
+            dead_prefix=prefix + DEAD_SUBJECT_PREFIX,
+        )
+
+    def result_subject(self, task_id: str) -> str:
+        return self.result_prefix + result_subject(task_id).removeprefix(RESULT_SUBJECT_PREFIX)
+
+    def dead_subject(self, task_id: str) -> str:
+        return self.dead_prefix + dead_subject(task_id).removeprefix(DEAD_SUBJECT_PREFIX)

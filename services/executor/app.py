@@ -1,17 +1,23 @@
-"""Executor service: takes solve requests from ``conductor.solve`` and answers with the task's result."""
+"""Executor service: solve requests from ``conductor.solve`` (request/reply) and, when durable, tasks from the
+JetStream work queue ``conductor.tasks.submit``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import structlog
-from faststream.nats import NatsBroker, NatsMessage, NatsRouter
+from faststream import AckPolicy
+from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage, NatsRouter, PullSub
+from nats.js.api import RetentionPolicy, StorageType
 
 from conductor.pool import Pool, load_pool
 from conductor.wire import WireError, decode, encode
 from schemas.solve import SOLVE_SUBJECT, SolveRequest, SolveResult
+from schemas.tasks import Names
 from services.executor.config import ExecutorSettings
 from services.executor.core import Executor
+from services.executor.intake import Intake
+from services.executor.store import TaskStore
 from services.executor.transport import NatsTransport, Transport
 
 log = structlog.get_logger("conductor.executor")
@@ -23,19 +29,44 @@ class ExecutorService:
     def __init__(self, settings: ExecutorSettings, pool: Pool | None = None, transport: Transport | None = None):
         self.settings = settings
         self.pool = pool or load_pool(settings.common.pool_file)
+        self.names = Names.for_prefix(settings.common.subject_prefix)
         self._transport = transport
         self.executor: Executor | None = None
+        self.store: TaskStore | None = None
+        self.intake: Intake | None = None
         self.router = NatsRouter()
-        self.router.subscriber(settings.common.subject(SOLVE_SUBJECT), queue="executor", title="solve")(
-            self.handle_solve
-        )
+        common = settings.common
+        self.router.subscriber(
+            common.subject(SOLVE_SUBJECT), queue="executor", title="solve", max_workers=common.handler_concurrency
+        )(self.handle_solve)
+        if settings.durable:
+            self.router.subscriber(
+                self.names.submit_subject,
+                stream=JStream(
+                    self.names.tasks_stream,
+                    subjects=[self.names.submit_subject],
+                    retention=RetentionPolicy.WORK_QUEUE,
+                    duplicate_window=settings.store.duplicate_window_s,
+                    storage=StorageType.FILE,
+                ),
+                durable="executor",
+                pull_sub=PullSub(batch_size=64, timeout=1.0),
+                config=ConsumerConfig(ack_wait=settings.intake.ack_wait_s, max_deliver=settings.intake.max_deliver),
+                ack_policy=AckPolicy.MANUAL,
+                max_workers=common.handler_concurrency,
+                title="tasks",
+            )(self.handle_task)
 
     async def start(self, broker: NatsBroker) -> None:
         transport = self._transport or NatsTransport(broker, self.settings.common)
         self.executor = Executor(self.pool, self.settings, transport)
+        if self.settings.durable:
+            self.store = TaskStore(broker.connection.jetstream(), self.names, self.settings.store)
+            await self.store.ensure()
+            self.intake = Intake(self.executor, self.store, self.settings.intake)
 
     async def stop(self) -> None:
-        self.executor = None
+        self.executor = self.intake = self.store = None
 
     async def handle_solve(self, msg: NatsMessage) -> bytes:
         """JSON ``SolveRequest`` in, JSON ``SolveResult`` out; bad input is a typed error naming the field."""
@@ -45,9 +76,17 @@ class ExecutorService:
         except WireError as exc:
             log.info("rejected solve request", error=exc.info.message, field=exc.info.field)
             return encode(SolveResult(task_id="", error=exc.info))
-        result = await self.executor.solve(req)
+        checkpoint = None
+        if self.store is not None and self.settings.checkpoint_request_reply:
+            checkpoint = self.store.save_checkpoint
+        result = await self.executor.solve(req, checkpoint=checkpoint)
         log.info("task finished", task_id=result.task_id, error=result.error and result.error.code)
         return encode(result)
+
+    async def handle_task(self, msg: NatsMessage) -> None:
+        """A durable task; acknowledgement is explicit (see services/executor/intake.py)."""
+        assert self.intake is not None, "service not started"
+        await self.intake.handle(msg.raw_message)
 
 
 def create_service(env: Mapping[str, str] | None = None) -> ExecutorService:

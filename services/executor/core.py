@@ -84,6 +84,7 @@ class TaskState:
         self.answer: str | None = None
         self.wall_offset_s = 0.0
         self.deliveries = 1
+        self.errors: list[ErrorInfo] = []
 
     @classmethod
     def resume(cls, cp: TaskCheckpoint) -> TaskState:
@@ -96,6 +97,7 @@ class TaskState:
         state.answer = cp.answer
         state.wall_offset_s = cp.wall_s
         state.deliveries = cp.deliveries + 1
+        state.errors = list(cp.errors)
         return state
 
     def all_rounds(self) -> list[RoundRecord]:
@@ -112,6 +114,7 @@ class TaskState:
             spent=usage_summary(self.all_rounds()).total,
             wall_s=elapsed_s,
             deliveries=self.deliveries,
+            errors=self.errors,
         )
 
     def add_step(self, record: StepRecord) -> None:
@@ -159,7 +162,7 @@ class Executor:
         # Progress is best effort by design: a lost event never fails a task.
         try:
             await self.transport.progress(event)
-        except Exception as exc:  # noqa: BLE001 - logged, and the task goes on
+        except Exception as exc:
             log.warning("progress event not published", kind=event.kind, error=repr(exc))
 
 

@@ -28,10 +28,12 @@ BAD_PAYLOADS = [
 ]
 
 
-def _service(prefix: str, url: str = "nats://127.0.0.1:1", max_bytes: int = 4096) -> tuple[ExecutorService, object]:
+def _service(
+    prefix: str, url: str = "nats://127.0.0.1:1", max_bytes: int = 4096, durable: bool = False
+) -> tuple[ExecutorService, object]:
     common = CommonSettings(nats_url=url, subject_prefix=prefix, max_payload_bytes=max_bytes)
     svc = ExecutorService(
-        ExecutorSettings(common=common),
+        ExecutorSettings(common=common, durable=durable),
         transport=ScriptedTransport([Workflow(model_id=[0], subtasks=["go"], access_list=[[]])] * 50),
     )
     broker = make_broker(common, name="test")
@@ -65,7 +67,7 @@ async def test_solve_handler_in_memory(subject_prefix):
 
 @pytest.mark.nats
 async def test_solve_handler_real_nats(nats_url, subject_prefix):
-    svc, broker = _service(subject_prefix, nats_url)
+    svc, broker = _service(subject_prefix, nats_url, durable=True)
     async with broker:
         await broker.start()
 

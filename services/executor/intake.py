@@ -1,0 +1,116 @@
+"""Durable intake: tasks from the JetStream work queue, with an explicit acknowledgement policy.
+
+FastStream's default for NATS drops a message whose handler raises; here every outcome is decided on purpose:
+
+| outcome of one delivery                              | action                                              |
+|------------------------------------------------------|-----------------------------------------------------|
+| result already stored (a redelivery after success)   | re-publish the result event (deduplicated), ack     |
+| bad input (undecodable, invalid)                     | typed error result stored and published, ack        |
+| finished, or failed deterministically                | result stored, then published, then ack             |
+| transient failure (unavailable, retryable worker err)| checkpoint kept, nak with backoff (resumes later)   |
+| transient failure on the last allowed delivery       | dead letter (task, error chain, attempts) + result  |
+| crash / lost connection mid-task                     | no ack: redelivered after AckWait, resumes          |
+
+While a task runs, an in-progress ack every ``ack_wait/3`` keeps JetStream from redelivering it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import msgspec
+import structlog
+from nats.aio.msg import Msg
+
+from conductor.wire import WireError, decode
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.solve import SolveRequest, SolveResult
+from schemas.tasks import DeadLetter, TaskCheckpoint
+from services.executor.config import IntakeSettings
+from services.executor.core import Executor
+from services.executor.store import TaskStore
+
+log = structlog.get_logger("conductor.executor.intake")
+
+TRANSIENT_CODES = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
+
+
+def is_transient(error: ErrorInfo | None) -> bool:
+    return error is not None and (error.retryable or error.code in TRANSIENT_CODES)
+
+
+def backoff_s(delivered: int, settings: IntakeSettings) -> float:
+    return min(settings.backoff_max_s, settings.backoff_base_s * 2 ** max(0, delivered - 1))
+
+
+class Intake:
+    def __init__(self, executor: Executor, store: TaskStore, settings: IntakeSettings) -> None:
+        self.executor = executor
+        self.store = store
+        self.settings = settings
+
+    async def handle(self, msg: Msg) -> None:
+        delivered = msg.metadata.num_delivered
+        fallback_id = (msg.headers or {}).get("Nats-Msg-Id") or f"seq-{msg.metadata.sequence.stream}"
+        try:
+            req = decode(msg.data, SolveRequest, max_bytes=self.settings.max_payload_bytes)
+        except WireError as exc:
+            await self._finish(msg, SolveResult(task_id=fallback_id, error=exc.info))
+            return
+        task_id = req.task_id or fallback_id
+        req = msgspec.structs.replace(req, task_id=task_id)
+        with structlog.contextvars.bound_contextvars(task_id=task_id, delivery=delivered):
+            existing = await self.store.result(task_id)
+            if existing is not None:
+                await self._finish(msg, existing)
+                return
+            resume = await self.store.checkpoint(task_id)
+            try:
+                result = await self._run(msg, req, resume)
+            except Exception as exc:
+                log.exception("task delivery failed")
+                result = SolveResult(
+                    task_id=task_id,
+                    error=ErrorInfo(code=ErrorCode.INTERNAL, message=repr(exc), retryable=True),
+                )
+            if is_transient(result.error):
+                await self._retry_or_dead_letter(msg, req, result, delivered)
+                return
+            await self._finish(msg, result)
+
+    async def _run(self, msg: Msg, req: SolveRequest, resume: TaskCheckpoint | None) -> SolveResult:
+        heartbeat = asyncio.create_task(self._keep_alive(msg))
+        try:
+            return await self.executor.solve(req, resume=resume, checkpoint=self.store.save_checkpoint)
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _keep_alive(self, msg: Msg) -> None:
+        while True:
+            await asyncio.sleep(self.settings.ack_wait_s / 3)
+            await msg.in_progress()
+
+    async def _retry_or_dead_letter(self, msg: Msg, req: SolveRequest, result: SolveResult, delivered: int) -> None:
+        assert result.error is not None and req.task_id is not None
+        cp = await self.store.checkpoint(req.task_id) or TaskCheckpoint(task_id=req.task_id, request=req)
+        errors = [*cp.errors, result.error]
+        if delivered < self.settings.max_deliver:
+            await self.store.save_checkpoint(msgspec.structs.replace(cp, errors=errors))
+            delay = backoff_s(delivered, self.settings)
+            log.warning("transient failure; redelivering", error=result.error.message, delay_s=delay)
+            await msg.nak(delay=delay)
+            return
+        log.error("giving up after max deliveries", attempts=delivered, error=result.error.message)
+        await self.store.dead_letter(DeadLetter(task_id=req.task_id, request=req, attempts=delivered, errors=errors))
+        await self._finish(msg, result)
+
+    async def _finish(self, msg: Msg, result: SolveResult) -> None:
+        """Store (first writer wins), publish once, ack, then forget the checkpoint — in that order, so a crash
+        at any point leaves either a redelivery that finds the stored result or the checkpoint to resume from."""
+        stored = await self.store.store_result(result)
+        await self.store.publish_result_event(stored)
+        await msg.ack()
+        await self.store.drop_checkpoint(stored.task_id)
