@@ -33,6 +33,7 @@ from services.verifier.sandbox import launcher
 from services.verifier.sandbox.client import LayerReport, Sandbox
 
 log = logging.getLogger(__name__)
+MAX_ANSWER_CHARS = 2000  # a boxed answer longer than this is not an answer; it would only feed slow parsing
 MCQ_DOMAINS = {"mcq", "multiple_choice", "gpqa", "gpqa_diamond", "mmlu", "mmlu_pro"}
 
 
@@ -158,6 +159,8 @@ class Verifier:
             return done(
                 False, "no final answer found (no \\boxed{}, <answer> tag or 'final answer:' line)", None
             )
+        if len(last) > MAX_ANSWER_CHARS:
+            return done(False, f"final answer longer than {MAX_ANSWER_CHARS} characters", last[:200])
         if ref.kind == "exact":
             ok = (
                 normalize_text(last) == normalize_text(ref.answer)

@@ -12,10 +12,9 @@ import msgspec
 
 THINK_TAGS = ("think", "thinking", "reasoning", "thought")
 _OPEN = re.compile(r"<(" + "|".join(THINK_TAGS) + r")\b[^>]{0,40}>", re.IGNORECASE)
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _BOX_CMD = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _FINAL_CUE = re.compile(r"final answer\s*(?:is|:|：)\s*", re.IGNORECASE)
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*\n", re.MULTILINE)
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})([^\n]*)\n", re.MULTILINE)
 PYTHON_LANGS = {"python", "py", "python3", "py3"}
 
 
@@ -90,13 +89,28 @@ def boxed_all(text: str) -> list[str]:
         pos = m.end() - 1 + len(inner) + 2
 
 
+def answer_tags(text: str) -> list[str]:
+    """Contents of every closed ``<answer>…</answer>``, found with plain string search (linear on any input)."""
+    lower = text.lower()
+    found, pos = [], 0
+    while True:
+        start = lower.find("<answer>", pos)
+        if start < 0:
+            return found
+        end = lower.find("</answer>", start + 8)
+        if end < 0:
+            return found
+        found.append(text[start + 8 : end])
+        pos = end + 9
+
+
 def final_answers(response: str) -> Answers:
     """The answer region's candidates: answer tags (a box inside a tag wins), else boxes, else a 'final answer:' line.
 
     Never the last number in the text: a response without an explicit final answer has none.
     """
     region = strip_thinking(response)
-    tags = [m.group(1) for m in _ANSWER_TAG.finditer(region)]
+    tags = answer_tags(region)
     if tags:
         items = [(boxed_all(t) or [t.strip()])[-1] for t in tags]
         return Answers(items=[i for i in items if i], source="answer_tag")
@@ -119,6 +133,8 @@ def last_python_block(response: str) -> str:
     is incomplete, which is the honest outcome.
     """
     text = strip_thinking(response)
+    if not text.endswith("\n"):
+        text += "\n"  # every line terminated: the fence pattern then never backtracks across an open end
     python: list[str] = []
     plain: list[str] = []
     pos = 0
@@ -126,7 +142,8 @@ def last_python_block(response: str) -> str:
         m = _FENCE.search(text, pos)
         if not m:
             break
-        fence, lang = m.group(1), m.group(2).lower()
+        fence, info = m.group(1), m.group(2).strip().split()
+        lang = info[0].lower() if info else ""
         close = re.compile(
             r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$", re.MULTILINE
         )
@@ -143,4 +160,4 @@ def last_python_block(response: str) -> str:
         return python[-1]
     if plain:
         return plain[-1]
-    return text
+    return text[:-1] if text.endswith("\n") and not response.endswith("\n") else text

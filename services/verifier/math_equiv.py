@@ -57,6 +57,8 @@ def normalize_text(text: str) -> str:
 
 def plain_number(text: str) -> str | None:
     """The number inside currency marks, thousands separators and a trailing unit, or None if it is not one."""
+    if len(text) > 100:
+        return None
     t = CURRENCY.sub("", text.strip().strip("$").strip())
     unit = UNIT_TAIL.match(t)
     if unit and unit.group("num").strip():

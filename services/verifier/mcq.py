@@ -13,20 +13,26 @@ import unicodedata
 
 import msgspec
 
-from services.verifier.extract import boxed_all, strip_thinking
+from services.verifier.extract import answer_tags, boxed_all, strip_thinking
 
 LETTERS = "ABCDEFGHIJ"
-_DECOR = r"[\s*_`$\\(\[{]*(?:text(?:bf)?\{)?[\s*_`(\[{]*"
+# Responses are adversarial, so every pattern is run on a short window after a literal cue, and no two adjacent
+# quantifiers share characters (no catastrophic backtracking, whatever the input).
 _CUE = re.compile(
-    r"(?i:\banswer|\bcorrect (?:option|choice|letter)|\bbest (?:option|choice|answer)|\bright (?:option|choice))"
-    r"(?i:\s+(?:is|would be|should be))?(?:\s*(?:[:=]|-))?\s*(?i:option|choice|letter)?\s*:?"
-    + _DECOR
-    + r"(?:(?P<upper>[A-J])(?![A-Za-z0-9])|(?P<lower>[a-j])(?=[\s*_`)\]}.,;:!]*(?:$|\n)|[)\]}.,;:!]))",
-    re.MULTILINE,
+    r"\b(?:answer|correct (?:option|choice|letter)|best (?:option|choice|answer)|right (?:option|choice))\b",
+    re.IGNORECASE,
 )
-_MORE = re.compile(r"\s*[)\]}*_`]*\s*(?:,|\band\b|\bor\b|/|&)\s*[*_`(\[]*\s*([A-J])(?![A-Za-z0-9])")
-_BARE_LINE = re.compile(r"^[\s*_`>#-]*[(\[]?\s*([A-J])\s*[)\]]?[\s*_`.:]*$", re.MULTILINE)
-_LEADING = re.compile(r"^[\s*_`]*[(\[]?([A-J])(?:[)\].:]|\s*$)")
+_STATED = re.compile(
+    r"(?i:\s{1,3}(?:is|would be|should be)\b)?"
+    r"[ \t:=*_`$\\(\[{-]{0,12}"
+    r"(?:(?i:option|choice|letter)\b[ \t:*_`$\\(\[{]{0,8})?"
+    r"(?:text(?:bf)?\{[ \t*_`(\[{]{0,4})?"
+    r"(?:(?P<upper>[A-J])(?![A-Za-z0-9])|(?P<lower>[a-j])(?=[ \t*_`)\]}.,;:!]{0,8}(?:$|\n)|[)\]}.,;:!]))"
+)
+_MORE = re.compile(r"[ \t)\]}*_`]{0,6}(?:,|\band\b|\bor\b|/|&)[ \t*_`(\[]{0,6}([A-J])(?![A-Za-z0-9])")
+_BARE_LINE = re.compile(r"[ \t*_`>#-]{0,12}[(\[]?[ \t]{0,3}([A-J])[ \t]{0,3}[)\]]?[ \t*_`.:]{0,12}")
+_LEADING = re.compile(r"[ \t*_`]{0,12}[(\[]?([A-J])(?:[)\].:]|[ \t]*$)")
+WINDOW = 80
 SHORT_RESPONSE = 200
 
 
@@ -56,7 +62,7 @@ def _dedupe(letters: list[str]) -> list[str]:
 
 def extract_choice(response: str) -> Choice:
     region = normalize(strip_thinking(response))
-    tags = re.findall(r"<answer>(.*?)</answer>", region, re.IGNORECASE | re.DOTALL)
+    tags = answer_tags(region)
     if tags:
         letters = [letter for t in tags for letter in (letter_of((boxed_all(t) or [t])[-1]))]
         return Choice(letters=_dedupe(letters), source="answer_tag")
@@ -64,19 +70,27 @@ def extract_choice(response: str) -> Choice:
     if boxes:
         return Choice(letters=_dedupe([letter for b in boxes for letter in letter_of(b)]), source="boxed")
     stated: list[str] = []
-    for m in _CUE.finditer(region):
+    for cue in _CUE.finditer(region):
+        window = region[cue.end() : cue.end() + WINDOW]
+        m = _STATED.match(window)
+        if not m:
+            continue
         stated.append((m.group("upper") or m.group("lower")).upper())
-        more = _MORE.match(region, m.end())
+        more = _MORE.match(window, m.end())
         while more:
             stated.append(more.group(1).upper())
-            more = _MORE.match(region, more.end())
+            more = _MORE.match(window, more.end())
     if stated:
         return Choice(letters=_dedupe(stated), source="cue")
-    bare = [m.group(1) for m in _BARE_LINE.finditer(region)]
+    bare = [
+        m.group(1)
+        for line in region.splitlines()
+        if len(line) <= WINDOW and (m := _BARE_LINE.fullmatch(line))
+    ]
     if bare:
         return Choice(letters=_dedupe(bare), source="bare_line")
     stripped = region.strip()
-    lead = _LEADING.match(stripped)
+    lead = _LEADING.match(stripped[:WINDOW])
     if lead and len(stripped) <= SHORT_RESPONSE:
         return Choice(letters=[lead.group(1)], source="leading")
     return Choice(letters=[], source="none")

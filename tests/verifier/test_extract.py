@@ -45,7 +45,33 @@ def test_last_python_block_rules() -> None:
     assert last_python_block(text) == "b = 2\n"
     assert last_python_block("```\nx = 1\n```") == "x = 1\n"
     assert last_python_block("no fences\nprint(1)") == "no fences\nprint(1)"
-    assert last_python_block("```python\ntruncated = True") == "truncated = True"
+    assert last_python_block("```python\ntruncated = True") == "truncated = True\n"
     assert last_python_block("<think>```python\nbad\n```</think>```python\ngood\n```") == "good\n"
     assert last_python_block("````python\nx = '```'\n````") == "x = '```'\n"
     assert last_python_block("```cpp\nint x;\n```\n```python\ny = 1\n```") == "y = 1\n"
+
+
+def test_extraction_is_linear_on_adversarial_input() -> None:
+    """Responses come from the policy under training: no input may make extraction hang (catastrophic backtracking)."""
+    import time
+
+    from services.verifier.mcq import extract_choice
+
+    n = 200_000
+    nasty = [
+        "answer" + " " * n + "!",
+        "answer:" + "*" * n,
+        "Final answer: " + " " * n,
+        "<answer>" * (n // 8),
+        r"\boxed{" * (n // 7),
+        "```python\n" * (n // 10),
+        "`" * n,
+        "the answer is (" + " " * n,
+        " \n" * n,
+    ]
+    started = time.perf_counter()
+    for text in nasty:
+        extract_choice(text)
+        final_answers(text)
+        last_python_block(text)
+    assert time.perf_counter() - started < 10
