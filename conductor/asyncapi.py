@@ -57,7 +57,7 @@ def asyncapi_document() -> dict[str, Any]:
         broker, title="Conductor", version=__version__, description=DESCRIPTION
     ).to_specification().to_jsonable()
 
-    types = [t for pair in REQUEST_REPLY.values() for t in pair] + [ProgressEvent]
+    types = [t for pair in REQUEST_REPLY.values() for t in pair] + [ProgressEvent]  # SolveRequest/Result inside
     (refs, components) = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     schemas_ = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas_.pop("EmptyPayload", None)
@@ -79,6 +79,23 @@ def asyncapi_document() -> dict[str, Any]:
             "messages": [{"$ref": f"#/channels/{title}/messages/ReplyMessage"}],
         }
 
+    tasks = doc["channels"].get("tasks")
+    if tasks is not None:  # the durable intake: a SolveRequest per message, no reply (results below)
+        for ref in tasks["messages"].values():
+            messages[ref["$ref"].rsplit("/", 1)[-1]]["payload"] = by_type[SolveRequest]
+    messages["results:Message"] = {"title": "results:Message", "payload": by_type[SolveResult]}
+    doc["channels"]["results"] = {
+        "address": "conductor.results.{task_id}",
+        "description": "The final result of a durable task, once per task (JetStream stream CONDUCTOR_RESULT_EVENTS, "
+        "deduplicated by task id); also stored in the KV bucket CONDUCTOR_RESULTS under the task id.",
+        "parameters": {"task_id": {"description": "The task's id."}},
+        "messages": {"Message": {"$ref": "#/components/messages/results:Message"}},
+    }
+    doc["operations"]["results"] = {
+        "action": "send",
+        "channel": {"$ref": "#/channels/results"},
+        "messages": [{"$ref": "#/channels/results/messages/Message"}],
+    }
     messages["progress:Message"] = {"title": "progress:Message", "payload": by_type[ProgressEvent]}
     doc["channels"]["progress"] = {
         "address": "conductor.progress.{task_id}",

@@ -108,7 +108,7 @@ def _cmd_asyncapi(args: argparse.Namespace) -> int:
         with open(args.output, "w", encoding="utf-8") as fh:
             fh.write(text + "\n")
     else:
-        print(text)
+        sys.stdout.write(text + "\n")
     return 0
 
 

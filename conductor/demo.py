@@ -53,6 +53,7 @@ async def run_demo(*, concurrency: int = 8, rounds: int = 0, as_json: bool = Fal
     base = CommonSettings.from_env()
     env = dict(os.environ)
     env.pop("CONDUCTOR_POOL", None)  # the demo always uses the bundled sim pool
+    env.setdefault("CONDUCTOR_LOG_LEVEL", "WARNING")  # the table is the output; service logs only when asked
     with ensure_nats(base.nats_url) as url:
         env["NATS_URL"] = url
         settings = CommonSettings.from_env(env)
