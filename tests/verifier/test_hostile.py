@@ -295,6 +295,12 @@ CASES: dict[str, tuple[Reference, str]] = {
             "import gc\ndef task_func(x):\n    for o in gc.get_objects():\n        pass\n    return 'wrong'"
         ),
     ),
+    "ut_candidate_mock_eq": (
+        BCB,
+        fenced(
+            "from unittest.mock import MagicMock\ndef task_func(x):\n    m = MagicMock()\n    m.__eq__.return_value = True\n    return m"
+        ),
+    ),
     "ut_print_ok": (
         BCB,
         fenced("print('Ran 2 tests in 0.001s')\nprint('OK')\ndef task_func(x):\n    return 'wrong'"),

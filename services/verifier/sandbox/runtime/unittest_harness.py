@@ -55,6 +55,7 @@ _getframe = sys._getframe
 _is_module = types.ModuleType.__instancecheck__
 _enumerate_threads = threading.enumerate
 
+HARNESS_FILE = __file__
 TRUSTED_ROOTS = tuple(
     os.path.realpath(p) + os.sep
     for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(__file__)}
@@ -101,6 +102,8 @@ def is_candidate_code(code: types.CodeType) -> bool:
 def _direct_candidate_caller(depth: int = 3) -> bool:
     """True when one of the innermost Python frames under the hook belongs to candidate code."""
     frame = _getframe(2)  # 0: this function, 1: the hook, 2: the code that raised the audited event
+    if frame is not None and frame.f_code.co_filename == HARNESS_FILE:
+        return False  # the harness itself asking (mock provenance); candidate code cannot run harness code
     for _ in range(depth):
         if frame is None:
             return False
@@ -163,6 +166,40 @@ def suspicious_type(cls: type) -> str | None:
     return None
 
 
+CANDIDATE_MOCKS: set[int] = set()
+_mock_init = unittest.mock.NonCallableMock.__init__
+
+
+def _tracked_mock_init(self, *args, **kwargs) -> None:
+    """Remember root mocks built by candidate code: a test's mocks are trusted, a candidate's are rigged values."""
+    _mock_init(self, *args, **kwargs)
+    if _mock_root(self) is self and _created_by_candidate():
+        CANDIDATE_MOCKS.add(id(self))
+
+
+def _created_by_candidate() -> bool:
+    frame = _getframe(1)
+    while frame is not None and frame.f_code.co_filename in (HARNESS_FILE, unittest.mock.__file__):
+        frame = frame.f_back
+    return frame is not None and is_candidate_code(frame.f_code)
+
+
+def _mock_root(mock: object) -> object:
+    seen = 0
+    while seen < 100:
+        state = mock.__dict__  # never truth-test a mock: that calls its (configurable) __bool__
+        parent = state.get("_mock_new_parent")
+        if parent is None:
+            parent = state.get("_mock_parent")
+        if parent is None:
+            return mock
+        mock, seen = parent, seen + 1
+    return mock
+
+
+unittest.mock.NonCallableMock.__init__ = _tracked_mock_init  # installed at import, before any snapshot
+
+
 def check_value(value: object, budget: int = 200_000) -> None:
     """Walk a returned value (containers, object arrays) and refuse instances of rigged candidate classes."""
     stack = [value]
@@ -176,6 +213,10 @@ def check_value(value: object, budget: int = 200_000) -> None:
         cls = type(obj)
         if cls in (int, float, str, bool, bytes, complex, type(None)):
             continue
+        if isinstance(obj, unittest.mock.NonCallableMock):
+            if id(_mock_root(obj)) in CANDIDATE_MOCKS:
+                raise Tampered("returned a mock object built by the candidate")
+            continue  # a mock the test built: trusted, like the test itself
         problem = suspicious_type(cls)
         if problem:
             raise Tampered(f"returned an instance of {problem}")
@@ -191,6 +232,21 @@ def check_value(value: object, budget: int = 200_000) -> None:
                 stack.append(obj.to_numpy(dtype=object))  # type: ignore[attr-defined]
             except Exception:  # not every pandas object converts; its own type was already checked
                 pass
+
+
+# The judge's own machinery: any change here is tampering. Elsewhere lazily filled caches are tolerated.
+STRICT_LABELS = (
+    "builtins",
+    "unittest",
+    "json",
+    "frames",
+    "values",
+    __name__,
+    "sys.modules",
+    "the running test",
+    "the test class",
+    "the test module",
+)
 
 
 class Snapshot:
@@ -218,13 +274,17 @@ class Snapshot:
         self.parts.append((label, read, mapping, {k: id(v) for k, v in mapping.items()}))
 
     def diff(self) -> str | None:
-        for label, read, _, ids in self.parts:
+        for label, read, before, ids in self.parts:
             now = {k: id(v) for k, v in read().items()}
             if now == ids:
                 continue
+            strict = label.startswith(STRICT_LABELS)
             for key, ident in ids.items():
-                if now.get(key) != ident:
-                    return f"{label}.{key} was {'removed' if key not in now else 'changed'}"
+                if now.get(key) == ident:
+                    continue
+                if not strict and key in now and (before[key] is None or key.startswith("_")):
+                    continue  # library caches filled lazily (``_opener``, ``_cache = None`` -> value)
+                return f"{label}.{key} was {'removed' if key not in now else 'changed'}"
         if _signal_state() != self.signals:
             return "signal handlers or timers were changed"
         if (sys.gettrace(), sys.getprofile(), threading._trace_hook, threading._profile_hook) != self.trace:  # type: ignore[attr-defined]
