@@ -143,6 +143,9 @@ def grade(answers: list[str], gold: str, question: str, domain: str | None, time
     if not answers:
         return MathVerdict(correct=False, reason="no final answer found")
     last = answers[-1]
+    distinct = {normalize_text(a) for a in answers}
+    if len(distinct) > 3:  # hedging across many answers: wrong, and not worth one slow comparison each
+        return MathVerdict(correct=False, reason=f"{len(distinct)} different final answers")
     for other in dict.fromkeys(answers[:-1]):
         if (
             normalize_text(other) != normalize_text(last)

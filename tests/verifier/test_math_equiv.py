@@ -51,6 +51,7 @@ def test_several_different_final_answers_are_wrong() -> None:
     assert not grade(["3", "4"], "4", "", None, 5).correct
     assert grade([r"\frac12", "0.5"], "0.5", "", None, 5).correct  # restating the same answer is fine
     assert grade([], "1", "", None, 5).reason == "no final answer found"
+    assert not grade(["1", "2", "3", "4", "4"], "4", "", None, 5).correct
 
 
 def test_helpers() -> None:
