@@ -65,6 +65,7 @@ class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True):
                 max_wall_s=opt("CONDUCTOR_BUDGET_MAX_WALL_S", float),  # type: ignore[arg-type]
             ),
             durable=env.get("CONDUCTOR_DURABLE", "1").lower() not in {"0", "false", "no"},
+            checkpoint_request_reply=env.get("CONDUCTOR_CHECKPOINT_REQUEST_REPLY", "0").lower() in {"1", "true", "yes"},
             intake=IntakeSettings(
                 ack_wait_s=float(env.get("CONDUCTOR_ACK_WAIT_S", "30")),
                 max_deliver=int(env.get("CONDUCTOR_MAX_DELIVER", "5")),

@@ -17,6 +17,7 @@ import msgspec
 import structlog
 
 from conductor.pool import Pool, WorkerSpec
+from conductor.reward import UNPARSEABLE, reward
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest, PriorRound, Workflow
 from schemas.solve import ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
@@ -32,11 +33,6 @@ from services.executor.validation import validate
 
 log = structlog.get_logger("conductor.executor")
 
-# PAPER.md §3: 1 correct, 0.5 parsed but wrong, 0 unparseable. Verifier infrastructure errors are not scored.
-REWARD_CORRECT = 1.0
-REWARD_WRONG = 0.5
-REWARD_UNPARSEABLE = 0.0
-
 Checkpointer = Callable[[TaskCheckpoint], Awaitable[None]]
 
 
@@ -45,15 +41,6 @@ def as_reference(ref: str | Reference, domain: str | None) -> Reference:
         return ref
     kind = {"math": "math", "mcq": "mcq"}.get(domain or "", "auto")
     return TextReference(answer=ref, kind=kind)  # type: ignore[arg-type]
-
-
-def reward_for(verdict: Verdict | None, parsed: bool) -> float | None:
-    """PAPER.md §3; ``None`` when the verifier failed, so training masks the sample instead of learning a zero."""
-    if not parsed:
-        return REWARD_UNPARSEABLE
-    if verdict is None or verdict.outcome == Outcome.ERROR:
-        return None
-    return REWARD_CORRECT if verdict.outcome == Outcome.CORRECT else REWARD_WRONG
 
 
 def usage_summary(rounds: Sequence[RoundRecord]) -> UsageSummary:
@@ -341,7 +328,7 @@ class _TaskRun:
             return None, None
         if answer is None:
             # Nothing to verify: no workflow ran to completion. Unparseable -> reward 0 (PAPER.md §3).
-            return None, (REWARD_UNPARSEABLE if not parsed else None)
+            return None, (UNPARSEABLE if not parsed else None)
         batch = VerifyBatch(
             items=[
                 VerifyRequest(
@@ -358,7 +345,7 @@ class _TaskRun:
             err = result.error or ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message="verifier returned no verdict")
             return Verdict(id=task_id, outcome=Outcome.ERROR, reason=err.message, error=err), None
         verdict = result.verdicts[0]
-        return verdict, reward_for(verdict, parsed)
+        return verdict, reward(parsed, verdict)
 
 
 def _budget_spent(rounds: Sequence[RoundRecord]) -> Usage:

@@ -6,15 +6,16 @@ import msgspec
 import pytest
 
 from conductor.pool import load_pool
+from conductor.reward import reward
 from conductor.settings import CommonSettings
 from schemas.errors import ErrorCode
 from schemas.plan import Workflow
 from schemas.solve import Budget, SolveRequest
 from schemas.verify import Outcome
 from services.executor.config import ExecutorSettings
-from services.executor.core import Executor, reward_for
-from services.executor.validation import validate
+from services.executor.core import Executor
 from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
+from services.executor.validation import validate
 from tests.executor.fakes import ScriptedTransport
 
 POOL = load_pool(None)
@@ -155,8 +156,8 @@ async def test_reference_is_verified_and_rewarded():
 def test_reward_masks_verifier_errors():
     from schemas.verify import Verdict
 
-    assert reward_for(Verdict(id="x", outcome=Outcome.ERROR, reason="died"), parsed=True) is None
-    assert reward_for(None, parsed=False) == 0.0
+    assert reward(True, Verdict(id="x", outcome=Outcome.ERROR, reason="died")) is None
+    assert reward(False, None) == 0.0
 
 
 async def test_checkpoint_after_every_plan_and_step_and_resume_skips_finished_calls():

@@ -102,7 +102,7 @@ async def test_duplicate_submissions_give_one_result_and_one_event(nats_url, sub
 
 async def test_bad_task_payload_gets_a_typed_result_under_its_msg_id(nats_url, subject_prefix):
     settings = _settings(nats_url, subject_prefix)
-    svc, broker = await _start(settings, ScriptedTransport([]))
+    _svc, broker = await _start(settings, ScriptedTransport([]))
     names = Names.for_prefix(subject_prefix)
     try:
         js = broker.connection.jetstream()
@@ -117,7 +117,7 @@ async def test_bad_task_payload_gets_a_typed_result_under_its_msg_id(nats_url, s
 async def test_transient_failures_are_redelivered_with_backoff_then_succeed(nats_url, subject_prefix):
     settings = _settings(nats_url, subject_prefix)
     t = FlakyPlanner(failures=2)
-    svc, broker = await _start(settings, t)
+    _svc, broker = await _start(settings, t)
     try:
         async with ConductorClient(settings.common) as client:
             await client.submit(SolveRequest(question="Q?", task_id="flaky-1"))
@@ -130,7 +130,7 @@ async def test_transient_failures_are_redelivered_with_backoff_then_succeed(nats
 async def test_max_deliver_produces_dead_letter_and_final_error_result(nats_url, subject_prefix):
     settings = _settings(nats_url, subject_prefix, max_deliver=3)
     t = FlakyPlanner(failures=100)
-    svc, broker = await _start(settings, t)
+    _svc, broker = await _start(settings, t)
     names = Names.for_prefix(subject_prefix)
     try:
         async with ConductorClient(settings.common) as client:
@@ -148,14 +148,14 @@ async def test_max_deliver_produces_dead_letter_and_final_error_result(nats_url,
 async def test_crash_mid_step_resumes_elsewhere_rerunning_only_the_inflight_call(nats_url, subject_prefix):
     settings = _settings(nats_url, subject_prefix)
     first = BlockingStep(block_at=1)
-    svc_a, broker_a = await _start(settings, first)
+    _svc_a, broker_a = await _start(settings, first)
     async with ConductorClient(settings.common) as client:
         await client.submit(SolveRequest(question="Q?", task_id="crash-1"))
         await asyncio.wait_for(first.reached.wait(), 10)
         await asyncio.sleep(0.1)  # let step 0's checkpoint land
         await broker_a.stop()  # drain times out: the in-flight task is cancelled, neither acked nor nakked
         second = ScriptedTransport([])  # must not be asked to plan again
-        svc_b, broker_b = await _start(settings, second)
+        _svc_b, broker_b = await _start(settings, second)
         try:
             res = await client.result("crash-1", wait=20)
         finally:
@@ -167,7 +167,7 @@ async def test_crash_mid_step_resumes_elsewhere_rerunning_only_the_inflight_call
 
 async def test_result_of_unknown_task_is_not_ready(nats_url, subject_prefix):
     settings = _settings(nats_url, subject_prefix)
-    svc, broker = await _start(settings, ScriptedTransport([]))
+    _svc, broker = await _start(settings, ScriptedTransport([]))
     try:
         async with ConductorClient(settings.common) as client:
             with pytest.raises(ResultNotReadyError):

@@ -1,5 +1,7 @@
 """The training reward from a verdict, as the paper defines it (PAPER.md §3), with infrastructure errors masked.
 
+Shared by the executor (every solve with a reference carries its reward) and the learner (GRPO rollouts).
+
 0 when the Conductor's three lists could not be parsed, 1 when the final answer is correct, 0.5 when the workflow
 parsed but the answer is wrong. ``None`` means "no reward": the verifier failed, and a masked sample teaches the
 policy nothing instead of teaching it a wrong zero. The optional cost penalty is our addition and off by default.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.verify import Outcome, Verdict
-from services.verifier.reward import pass_fraction, reward
+from conductor.reward import pass_fraction, reward
 
 
 def verdict(outcome: Outcome, passed: int | None = None, total: int | None = None) -> Verdict:
