@@ -59,10 +59,12 @@ class NatsTransport:
 
     async def _request(self, service: str, subject: str, payload: bytes, timeout: float) -> bytes | ErrorInfo:
         try:
-            msg = await self._broker.request(payload, subject, timeout=timeout)
+            # The connection's own request/publish: the hot path skips FastStream's publisher middleware stack
+            # (a measured ~0.1 ms per hop), the services' subscribers are FastStream handlers all the same.
+            msg = await self._broker.connection.request(subject, payload, timeout=timeout)
         except _NOT_ANSWERED as exc:
             return unavailable(service, exc)
-        return msg.body
+        return msg.data
 
     async def plan(self, req: PlanRequest, timeout: float) -> PlanReply:
         body = await self._request("planner", self._plan, encode(req), timeout)
@@ -92,4 +94,4 @@ class NatsTransport:
             return VerifyBatchResult(error=malformed_reply("verifier", exc))
 
     async def progress(self, event: ProgressEvent) -> None:
-        await self._broker.publish(encode(event), self._settings.subject(progress_subject(event.task_id)))
+        await self._broker.connection.publish(self._settings.subject(progress_subject(event.task_id)), encode(event))

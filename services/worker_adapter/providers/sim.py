@@ -275,13 +275,13 @@ class SimProvider:
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
-        self._datasets: dict[Path, Dataset] = {}
+        self._datasets: dict[str, Dataset] = {}  # keyed by the pool's dataset string: no path work per call
 
     def dataset(self, sim: SimSpec) -> Dataset:
-        path = self._pool.resolve(sim.dataset)
-        if path not in self._datasets:
-            self._datasets[path] = Dataset.load(path)
-        return self._datasets[path]
+        found = self._datasets.get(sim.dataset)
+        if found is None:
+            found = self._datasets[sim.dataset] = Dataset.load(self._pool.resolve(sim.dataset))
+        return found
 
     async def complete(
         self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams

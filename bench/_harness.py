@@ -1,0 +1,118 @@
+"""Shared benchmark plumbing: a private nats-server, service processes, a raw nats-py baseline, percentiles."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+
+from conductor.natsserver import NatsServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RAW_RESPONDER = """
+import asyncio, sys, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    async def echo(msg):
+        await msg.respond(msg.data)
+    await nc.subscribe("bench.raw", queue="raw", cb=echo)
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def zero_latency_pool(tmp: Path, *, latency_s: float = 0.0, concurrency: int = 100_000) -> Path:
+    """The demo pool's workers with no simulated latency, so only the system is measured."""
+    data = ROOT / "conductor" / "data" / "demo_questions.jsonl"
+    lines = ["reveal_names = false"]
+    for i, name in enumerate(["sim-a", "sim-b", "sim-c"]):
+        lines += [
+            "[[workers]]",
+            f'name = "{name}"',
+            'provider = "sim"',
+            f'model = "{name}"',
+            f'description = "simulated worker {i}"',
+            "price_in_per_mtok = 0.1",
+            "price_out_per_mtok = 0.2",
+            f"concurrency = {concurrency}",
+            "[workers.sim]",
+            f'dataset = "{data}"',
+            "skill = { math = 0.7, mcq = 0.7, general = 0.7 }",
+            f"latency_s = {latency_s}",
+            f"seed = {i}",
+        ]
+    path = tmp / "pool.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class Processes:
+    """Start `conductor serve ...` processes and the raw responder; stop them all on exit."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def serve(self, services: str, env: dict[str, str]) -> None:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "conductor.cli", "serve", services],
+            env={**os.environ, "CONDUCTOR_LOG_LEVEL": "WARNING", **env},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("serving"):
+                break
+        else:
+            raise RuntimeError(f"`conductor serve {services}` exited with {proc.wait()}")
+        self.procs.append(proc)
+
+    def raw_responder(self, url: str) -> None:
+        proc = subprocess.Popen([sys.executable, "-c", RAW_RESPONDER, url], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        self.procs.append(proc)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs.clear()
+
+
+async def raw_round_trip(url: str, n: int = 3000) -> dict[str, float]:
+    """Sequential request/reply to a plain nats-py responder in another process: the baseline hop."""
+    nc = await nats.connect(url)
+    for _ in range(200):
+        await nc.request("bench.raw", b"x" * 64, timeout=5)
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await nc.request("bench.raw", b"x" * 64, timeout=5)
+        lat.append(time.perf_counter() - t)
+    await nc.close()
+    return {"p50_ms": pct(lat, 0.5) * 1e3, "p90_ms": pct(lat, 0.9) * 1e3, "mean_ms": statistics.fmean(lat) * 1e3}
+
+
+def tempdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="conductor-bench-"))
+
+
+__all__ = ["NatsServer", "Processes", "pct", "raw_round_trip", "tempdir", "zero_latency_pool"]

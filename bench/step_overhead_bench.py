@@ -1,0 +1,91 @@
+"""Per-step orchestration overhead against a raw nats-py round trip measured in the same run (issue: spine).
+
+Services run as real processes (`conductor serve executor` and `conductor serve planner,worker-adapter,verifier`)
+on a private nats-server; workers are zero-latency sim workers, so only the system is measured. A task with a
+5-step sequential workflow (`refine:5`) and one with a single step (`refine:1`) are timed end to end from a client;
+per-step overhead = (p50(5 steps) - p50(1 step)) / 4, which cancels the per-task costs (client hop, plan).
+Run with checkpointing off and on to show the cost of durability per step. Target: p50 per step <= 3x raw RTT.
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import nats  # noqa: E402
+
+from bench._harness import NatsServer, Processes, pct, raw_round_trip, tempdir, zero_latency_pool  # noqa: E402
+
+N_TASKS = 600
+BLOCKS = 4
+
+
+async def task_latencies(url: str, policy: str, n: int) -> list[float]:
+    nc = await nats.connect(url)
+    body = {"question": "What is the capital city of Australia?", "policy": policy}
+    for _ in range(20):  # warm-up
+        await nc.request("conductor.solve", json.dumps(body).encode(), timeout=30)
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter()
+        reply = await nc.request("conductor.solve", json.dumps(body).encode(), timeout=30)
+        lat.append(time.perf_counter() - t)
+        result = json.loads(reply.data)
+        if result["error"] is not None:
+            raise RuntimeError(f"solve failed: {result['error']}")
+    await nc.close()
+    return lat
+
+
+async def measure(url: str, env: dict[str, str], procs: Processes) -> dict[str, float]:
+    procs.serve("planner,worker-adapter,verifier", env)
+    procs.serve("executor", env)
+    one: list[float] = []
+    five: list[float] = []
+    for _ in range(BLOCKS):  # interleaved blocks, so drift in machine load hits both alike
+        one += await task_latencies(url, "refine:1", N_TASKS // BLOCKS)
+        five += await task_latencies(url, "refine:5", N_TASKS // BLOCKS)
+    return {
+        "task_1_step_p50_ms": pct(one, 0.5) * 1e3,
+        "task_5_steps_p50_ms": pct(five, 0.5) * 1e3,
+        "per_step_p50_ms": (pct(five, 0.5) - pct(one, 0.5)) / 4 * 1e3,
+        "per_step_p90_ms": (pct(five, 0.9) - pct(one, 0.9)) / 4 * 1e3,
+    }
+
+
+async def main() -> dict[str, object]:
+    tmp = tempdir()
+    pool = zero_latency_pool(tmp)
+    out: dict[str, object] = {"bench": "step_overhead"}
+    with NatsServer() as server:
+        procs = Processes()
+        try:
+            procs.raw_responder(server.url)
+            raw = await raw_round_trip(server.url)
+            out["raw_rtt_p50_ms"] = raw["p50_ms"]
+            for label, checkpoint in (("no_checkpoint", "0"), ("checkpoint", "1")):
+                env = {"NATS_URL": server.url, "CONDUCTOR_POOL": str(pool), "CONDUCTOR_CHECKPOINT_REQUEST_REPLY": checkpoint}
+                figures = await measure(server.url, env, procs)
+                procs.stop()
+                procs.raw_responder(server.url)
+                for k, v in figures.items():
+                    out[f"{label}.{k}"] = round(v, 4)
+                out[f"{label}.per_step_p50_over_raw_rtt"] = round(figures["per_step_p50_ms"] / raw["p50_ms"], 2)
+        finally:
+            procs.stop()
+    out["raw_rtt_p50_ms"] = round(float(out["raw_rtt_p50_ms"]), 4)
+    out["target_per_step_over_raw_rtt"] = 3.0
+    return out
+
+
+if __name__ == "__main__":
+    result = asyncio.run(main())
+    for k, v in result.items():
+        print(f"{k:45s} {v}")
+    print(json.dumps(result))
