@@ -1,4 +1,4 @@
-"""The `conductor` command: demo, solve, serve, verify, asyncapi."""
+"""The `conductor` command: demo, solve (or submit durably), result, serve, verify, asyncapi."""
 
 from __future__ import annotations
 
@@ -79,6 +79,9 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with ConductorClient(CommonSettings.from_env()) as client:
+            if args.detach:
+                print(await client.submit(req))  # the task id; fetch with `conductor result ID`
+                return 0
             try:
                 result = await client.solve(req, timeout=args.timeout, on_progress=show)
             except SolveTimeoutError as exc:
@@ -89,6 +92,27 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         else:
             Console().print(result_view(result))
         return 1 if result.error is not None and result.answer is None else 0
+
+    return asyncio.run(main())
+
+
+def _cmd_result(args: argparse.Namespace) -> int:
+    from conductor.client import ConductorClient, ResultNotReadyError
+    from conductor.render import result_view
+    from conductor.wire import encode
+
+    async def main() -> int:
+        async with ConductorClient(CommonSettings.from_env()) as client:
+            try:
+                result = await client.result(args.task_id, wait=args.wait)
+            except ResultNotReadyError as exc:
+                print(f"conductor result: {exc}", file=sys.stderr)
+                return 4
+        if args.json:
+            sys.stdout.write(encode(result).decode() + "\n")
+        else:
+            Console().print(result_view(result))
+        return 0
 
     return asyncio.run(main())
 
@@ -133,7 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task-id")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", action="store_true", help="print the SolveResult JSON")
+    p.add_argument("--detach", action="store_true", help="submit durably (JetStream) and print the task id")
     p.set_defaults(func=_cmd_solve)
+
+    p = sub.add_parser("result", help="fetch the stored result of a durable task")
+    p.add_argument("task_id")
+    p.add_argument("--wait", type=float, default=0.0, help="seconds to wait for it")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_result)
 
     p = sub.add_parser("serve", help="run one service, a comma-separated list, or all")
     p.add_argument("service", help="executor, planner, worker-adapter, verifier, or all")
@@ -145,12 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output")
     p.set_defaults(func=_cmd_asyncapi)
 
-    try:
-        from services.verifier.cli import add_verify_command
-    except ImportError:  # the verifier ships with the core package; this only guards partial checkouts
-        pass
-    else:
-        add_verify_command(sub)
+    from services.verifier.cli import add_verify_command
+
+    add_verify_command(sub)
     return parser
 
 

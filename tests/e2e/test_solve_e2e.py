@@ -172,6 +172,14 @@ def test_conductor_solve_against_conductor_serve_all(nats_url, subject_prefix):
         shown = _cli("solve", QUESTION, "--pool", "sim-math,sim-small", env=env)
         assert shown.returncode == 0, shown.stderr
         assert "answer:" in shown.stdout and "step 0" in shown.stdout
+        detached = _cli("solve", QUESTION, "--detach", env=env)
+        assert detached.returncode == 0, detached.stderr
+        task_id = detached.stdout.strip()
+        fetched = _cli("result", task_id, "--wait", "30", "--json", env=env)
+        assert fetched.returncode == 0, fetched.stderr
+        assert json.loads(fetched.stdout)["task_id"] == task_id
+        missing = _cli("result", "no-such-task", env=env)
+        assert missing.returncode == 4 and "no result" in missing.stderr
     finally:
         server.terminate()
         assert server.wait(timeout=30) == 0
