@@ -1,0 +1,100 @@
+"""A fast OpenAI-compatible chat server that injects provider faults, for the chaos and load suite.
+
+Run as a process: ``python -m tests.chaos.fault_server PORT FAULT_RATE SEED``. Each POST /v1/chat/completions
+fails with probability FAULT_RATE, split evenly between 429 (with ``retry-after-ms``), 500 and a timeout (the
+response is held longer than any client waits). Successful answers are counted per conversation (a hash of the
+messages): a conversation answered twice is a *re-executed* worker call. GET /stats returns the counts as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import sys
+import time
+from collections import Counter
+
+HOLD_S = 30.0  # a "timeout" fault: far longer than the worker's timeout_s
+
+
+class FaultServer:
+    def __init__(self, fault_rate: float, seed: int) -> None:
+        self.fault_rate = fault_rate
+        self.rng = random.Random(seed)
+        self.answered: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+        self.requests = 0
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "requests": self.requests,
+            "faults": dict(self.faults),
+            "answered": sum(self.answered.values()),
+            "conversations": len(self.answered),
+            "reexecuted": sum(n - 1 for n in self.answered.values() if n > 1),
+        }
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                status, extra, payload = await self.route(method, path, body)
+                data = json.dumps(payload).encode()
+                hdrs = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
+                writer.write(
+                    f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n{hdrs}\r\n".encode()
+                    + data
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def route(self, method: str, path: str, body: bytes) -> tuple[str, dict[str, str], dict]:
+        if method == "GET" and path == "/stats":
+            return "200 OK", {}, self.stats()
+        if method != "POST" or not path.endswith("/chat/completions"):
+            return "404 Not Found", {}, {"error": {"message": "not found"}}
+        self.requests += 1
+        req = json.loads(body)
+        roll = self.rng.random()
+        if roll < self.fault_rate / 3:
+            self.faults["429"] += 1
+            return "429 Too Many Requests", {"retry-after-ms": "100"}, {"error": {"message": "rate limited"}}
+        if roll < 2 * self.fault_rate / 3:
+            self.faults["500"] += 1
+            return "500 Internal Server Error", {}, {"error": {"message": "server error"}}
+        if roll < self.fault_rate:
+            self.faults["timeout"] += 1
+            await asyncio.sleep(HOLD_S)
+            return "504 Gateway Timeout", {}, {"error": {"message": "held"}}
+        key = hashlib.sha256(json.dumps(req["messages"], sort_keys=True).encode()).hexdigest()
+        self.answered[key] += 1
+        text = f"Worked it out. Final answer: {key[:6]}"
+        return "200 OK", {}, {
+            "id": f"chatcmpl-{self.requests}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": req.get("model", "fault"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 8, "total_tokens": 48},
+        }
+
+
+async def main(port: int, fault_rate: float, seed: int) -> None:
+    server = FaultServer(fault_rate, seed)
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", port, backlog=1024)
+    print("ready", flush=True)
+    async with srv:
+        await srv.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])))

@@ -1,0 +1,232 @@
+"""Chaos and load harness: a restartable nats-server, the services as real processes, a fault-injecting provider,
+durable submissions, and an audit of what came out.
+
+``run_chaos`` submits tasks to the JetStream queue, SIGKILLs the executor and restarts nats-server at fixed points
+of progress, then checks that every task has exactly one final result, that no result event was published twice,
+and how many worker calls the provider answered twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import msgspec
+import nats
+import nats.js.errors
+
+from conductor.client import ConductorClient
+from conductor.natsserver import NatsServer, free_port
+from conductor.settings import CommonSettings
+from schemas.solve import SolveRequest, SolveResult
+from schemas.tasks import Names
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ChaosReport(msgspec.Struct, kw_only=True):
+    tasks: int
+    duplicate_submissions: int
+    results: int = 0
+    results_with_error: int = 0
+    error_codes: dict[str, int] = {}
+    result_events_published: int = 0
+    executor_kills: int = 0
+    nats_restarts: int = 0
+    provider: dict[str, object] = {}
+    reexecuted_calls: int = 0
+    wall_s: float = 0.0
+    tasks_per_s: float = 0.0
+
+
+def pool_file(tmp: Path, port: int) -> Path:
+    lines = ["reveal_names = false"]
+    for i in range(3):
+        lines += [
+            "[[workers]]",
+            f'name = "w{i}"',
+            'provider = "openai_compatible"',
+            'model = "fault"',
+            f'base_url = "http://127.0.0.1:{port}/v1"',
+            f'description = "worker {i}"',
+            "timeout_s = 1.0",
+            "max_retries = 10",
+            "concurrency = 512",
+            "price_in_per_mtok = 1.0",
+            "price_out_per_mtok = 2.0",
+        ]
+    path = tmp / "chaos_pool.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class Service:
+    """A `conductor serve ...` process with its log in a file (a pipe left unread would block it)."""
+
+    def __init__(self, services: str, env: dict[str, str], log: Path) -> None:
+        self.services, self.env, self.log = services, env, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        start_at = self.log.stat().st_size if self.log.exists() else 0
+        fh = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "conductor.cli", "serve", self.services],
+            env={**os.environ, **self.env},
+            stdout=fh,
+            stderr=fh,
+            cwd=ROOT,
+        )
+        fh.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.log.open("rb") as f:
+                f.seek(start_at)
+                if b"\nserving " in b"\n" + f.read():
+                    return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve {self.services} exited {self.proc.returncode}; see {self.log}")
+            time.sleep(0.1)
+        raise RuntimeError(f"serve {self.services} did not come up; see {self.log}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+async def _count_results(js, names: Names) -> dict[str, SolveResult]:
+    try:
+        kv = await js.key_value(names.results_bucket)
+        keys = await kv.keys()
+    except (nats.js.errors.BucketNotFoundError, nats.js.errors.NoKeysError):
+        return {}
+    out = {}
+    for k in keys:
+        entry = await kv.get(k)
+        if entry.value:
+            out[k] = msgspec.json.decode(entry.value, type=SolveResult)
+    return out
+
+
+async def _results_so_far(url: str, names: Names) -> int:
+    try:
+        nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0)
+    except Exception:  # noqa: BLE001 - the server may be restarting; progress is polled again
+        return -1
+    try:
+        kv = await nc.jetstream().key_value(names.results_bucket)
+        status = await kv.status()
+        return int(status.values)
+    except nats.js.errors.BucketNotFoundError:
+        return 0
+    finally:
+        await nc.close()
+
+
+async def run_chaos(
+    tmp: Path,
+    *,
+    tasks: int,
+    executor_kills: int,
+    nats_restarts: int,
+    fault_rate: float,
+    timeout_s: float,
+) -> ChaosReport:
+    nats_server = NatsServer(port=free_port(), store_dir=tmp / "jetstream")
+    nats_server.start()
+    fault_port = free_port()
+    faults = subprocess.Popen(
+        [sys.executable, "-m", "tests.chaos.fault_server", str(fault_port), str(fault_rate), "7"],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert faults.stdout is not None and faults.stdout.readline().strip() == b"ready"
+    env = {
+        "NATS_URL": nats_server.url,
+        "CONDUCTOR_POOL": str(pool_file(tmp, fault_port)),
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+        "CONDUCTOR_ACK_WAIT_S": "3",
+        "CONDUCTOR_BACKOFF_BASE_S": "0.2",
+        "CONDUCTOR_MAX_DELIVER": "20",
+        "CONDUCTOR_DRAIN_TIMEOUT_S": "5",
+    }
+    helpers = Service("planner,worker-adapter,verifier", env, tmp / "helpers.log")
+    executor = Service("executor", env, tmp / "executor.log")
+    report = ChaosReport(tasks=tasks, duplicate_submissions=tasks // 20)
+    names = Names.for_prefix("")
+    started = time.monotonic()
+    try:
+        helpers.start()
+        executor.start()
+        settings = CommonSettings(nats_url=nats_server.url)
+        async with ConductorClient(settings) as client:
+            for i in range(tasks):
+                req = SolveRequest(question=f"Task {i}: what is {i} + {i}?", task_id=f"task-{i}", policy="refine:3")
+                await client.submit(req)
+                if i % 20 == 0:
+                    await client.submit(req)  # a duplicate submission: dropped by JetStream's dedup window
+        plan = _schedule(tasks, executor_kills, nats_restarts)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            done = await _results_so_far(nats_server.url, names)
+            if done >= tasks:
+                break
+            while plan and done >= plan[0][0]:
+                _, action = plan.pop(0)
+                if action == "kill":
+                    executor.kill()
+                    report.executor_kills += 1
+                    executor.start()
+                else:
+                    nats_server.stop()
+                    time.sleep(1.0)
+                    nats_server.start()
+                    report.nats_restarts += 1
+            await asyncio.sleep(0.2)
+        report.wall_s = time.monotonic() - started
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        results = await _count_results(js, names)
+        info = await js.stream_info(names.result_events_stream)
+        report.result_events_published = int(info.state.last_seq)
+        await nc.close()
+        report.results = sum(1 for tid, r in results.items() if r.task_id == tid and tid.startswith("task-"))
+        errors = [r.error.code for r in results.values() if r.error is not None]
+        report.results_with_error = len(errors)
+        report.error_codes = {str(c): errors.count(c) for c in set(errors)}
+        with urllib.request.urlopen(f"http://127.0.0.1:{fault_port}/stats", timeout=5) as resp:
+            report.provider = json.loads(resp.read())
+        report.reexecuted_calls = int(report.provider["reexecuted"])  # type: ignore[call-overload]
+        report.tasks_per_s = report.results / report.wall_s if report.wall_s else 0.0
+        return report
+    finally:
+        executor.stop()
+        helpers.stop()
+        faults.kill()
+        faults.wait()
+        nats_server.stop()
+
+
+def _schedule(tasks: int, kills: int, restarts: int) -> list[tuple[int, str]]:
+    """Chaos at evenly spread points of progress (results stored so far): kill, restart nats, kill, kill, ..."""
+    order = ["kill"] * kills
+    for _ in range(restarts):
+        order.insert(min(1, len(order)), "restart")
+    return [(int(tasks * (i + 1) / (len(order) + 1)), a) for i, a in enumerate(order)]
