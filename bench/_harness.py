@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -66,7 +67,7 @@ class Processes:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[str]] = []
 
-    def serve(self, services: str, env: dict[str, str]) -> None:
+    def serve(self, services: str, env: dict[str, str]) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "conductor.cli", "serve", services],
             env={**os.environ, "CONDUCTOR_LOG_LEVEL": "WARNING", **env},
@@ -79,7 +80,10 @@ class Processes:
                 break
         else:
             raise RuntimeError(f"`conductor serve {services}` exited with {proc.wait()}")
+        # Keep draining its stderr, or a full pipe would block the service mid-benchmark.
+        threading.Thread(target=proc.stderr.read, daemon=True).start()
         self.procs.append(proc)
+        return proc
 
     def raw_responder(self, url: str) -> None:
         proc = subprocess.Popen([sys.executable, "-c", RAW_RESPONDER, url], stdout=subprocess.PIPE, text=True)
@@ -111,8 +115,16 @@ async def raw_round_trip(url: str, n: int = 3000) -> dict[str, float]:
     return {"p50_ms": pct(lat, 0.5) * 1e3, "p90_ms": pct(lat, 0.9) * 1e3, "mean_ms": statistics.fmean(lat) * 1e3}
 
 
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory of a process from /proc (``VmHWM`` for the peak)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise LookupError(field)
+
+
 def tempdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="conductor-bench-"))
 
 
-__all__ = ["NatsServer", "Processes", "pct", "raw_round_trip", "tempdir", "zero_latency_pool"]
+__all__ = ["NatsServer", "Processes", "pct", "raw_round_trip", "rss_mib", "tempdir", "zero_latency_pool"]
