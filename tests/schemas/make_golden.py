@@ -1,0 +1,98 @@
+"""Writes the golden payloads of schema version 1. Run once per schema version; never regenerate old files:
+they are the messages already on the wire, and tests/schemas/test_golden.py proves they still decode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.plan import PlanReply, PlanRequest, PriorRound, WorkerCard, Workflow
+from schemas.solve import Budget, ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
+from schemas.tasks import DeadLetter, TaskCheckpoint
+from schemas.usage import Usage, UsageSummary
+from schemas.verify import (
+    FunctionalTestsReference,
+    IOTest,
+    Outcome,
+    TextReference,
+    Verdict,
+    VerifyBatch,
+    VerifyBatchResult,
+    VerifyRequest,
+)
+from schemas.work import ChatMessage, WorkReply, WorkRequest
+
+U = Usage(input_tokens=120, output_tokens=40, cost_usd=0.00054, calls=1)
+WF = Workflow(model_id=[1, 0], subtasks=["solve it", "check and answer"], access_list=[[], "all"])
+STEP = StepRecord(index=0, model_id=1, worker="sim-math", subtask="solve it", access=[], response="\\boxed{2}", usage=U, latency_s=0.3)
+ROUND = RoundRecord(round=0, policy="moa", reasoning="two views", completion="model_id = [1, 0] ...", steps=[STEP])
+SOLVE_REQ = SolveRequest(
+    question="What is 2^100 mod 7?",
+    task_id="t-1",
+    pool=["sim-math", "sim-small"],
+    max_steps=3,
+    max_rounds=1,
+    domain="math",
+    reference="2",
+    policy="moa",
+    budget=Budget(max_calls=10, max_cost_usd=0.5),
+)
+VERDICT = Verdict(id="t-1", outcome=Outcome.CORRECT, reason="boxed 2 == 2", extracted="2", duration_s=0.01)
+
+PAYLOADS: dict[str, object] = {
+    "solve_request_v1": SOLVE_REQ,
+    "solve_request_minimal_v1": SolveRequest(question="hi"),
+    "solve_request_code_reference_v1": SolveRequest(
+        question="write f",
+        domain="code",
+        reference=FunctionalTestsReference(func_name="f", tests=[IOTest(input="1", output="2")]),
+    ),
+    "solve_result_v1": SolveResult(
+        task_id="t-1",
+        answer="\\boxed{2}",
+        workflows=[ROUND],
+        usage=UsageSummary(by_worker={"sim-math": U}, planner=U, total=U + U),
+        verdict=VERDICT,
+        reward=1.0,
+        latency_s=1.5,
+    ),
+    "solve_result_error_v1": SolveResult(
+        task_id="", error=ErrorInfo(code=ErrorCode.BAD_REQUEST, message="Expected `str`", field="question")
+    ),
+    "progress_event_v1": ProgressEvent(task_id="t-1", kind="step_done", round=0, step=0, worker="sim-math", usage=U),
+    "plan_request_v1": PlanRequest(
+        task_id="t-1",
+        question="q",
+        workers=[WorkerCard(index=0, description="math"), WorkerCard(index=1, description="small", name="s")],
+        previous=[PriorRound(completion="c", final_response="r")],
+        round=1,
+    ),
+    "plan_reply_v1": PlanReply(policy="moa", completion="...", reasoning="r", workflow=WF, usage=U),
+    "work_request_v1": WorkRequest(
+        worker="sim-math",
+        messages=[ChatMessage(role="user", content="q\n\nsolve it")],
+        task_id="t-1",
+        round=0,
+        step=1,
+        max_tokens=512,
+    ),
+    "work_reply_v1": WorkReply(worker="sim-math", text="\\boxed{2}", model="sim-math", usage=U, latency_s=0.2),
+    "verify_batch_v1": VerifyBatch(
+        items=[VerifyRequest(id="t-1", response="\\boxed{2}", reference=TextReference(answer="2", kind="math"))]
+    ),
+    "verify_batch_result_v1": VerifyBatchResult(verdicts=[VERDICT]),
+    "task_checkpoint_v1": TaskCheckpoint(task_id="t-1", request=SOLVE_REQ, rounds=[ROUND], workflow=WF, spent=U),
+    "dead_letter_v1": DeadLetter(
+        task_id="t-1",
+        request=SOLVE_REQ,
+        attempts=5,
+        errors=[ErrorInfo(code=ErrorCode.UNAVAILABLE, message="planner did not answer", retryable=True)],
+    ),
+}
+
+if __name__ == "__main__":
+    out = Path(__file__).parent / "golden"
+    for name, obj in PAYLOADS.items():
+        (out / f"{name}.json").write_bytes(msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")

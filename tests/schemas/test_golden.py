@@ -1,0 +1,62 @@
+"""Schema evolution (rules in schemas/__init__.py): every golden payload ever written must still decode, and
+decoding then re-encoding keeps every field it had. Old files are never regenerated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from schemas.plan import PlanReply, PlanRequest
+from schemas.solve import ProgressEvent, SolveRequest, SolveResult
+from schemas.tasks import DeadLetter, TaskCheckpoint
+from schemas.verify import VerifyBatch, VerifyBatchResult
+from schemas.work import WorkReply, WorkRequest
+
+GOLDEN = Path(__file__).parent / "golden"
+
+TYPES: dict[str, type] = {
+    "solve_request": SolveRequest,
+    "solve_result": SolveResult,
+    "progress_event": ProgressEvent,
+    "plan_request": PlanRequest,
+    "plan_reply": PlanReply,
+    "work_request": WorkRequest,
+    "work_reply": WorkReply,
+    "verify_batch": VerifyBatch,
+    "verify_batch_result": VerifyBatchResult,
+    "task_checkpoint": TaskCheckpoint,
+    "dead_letter": DeadLetter,
+}
+
+
+def _kind(path: Path) -> type:
+    stem = path.stem.rsplit("_v", 1)[0]
+    for prefix in sorted(TYPES, key=len, reverse=True):
+        if stem == prefix or stem.startswith(prefix + "_"):
+            return TYPES[prefix]
+    raise LookupError(f"no type for golden file {path.name}")
+
+
+FILES = sorted(GOLDEN.glob("*.json"))
+
+
+def test_every_type_has_a_golden_payload():
+    assert {_kind(p) for p in FILES} == set(TYPES.values())
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_golden_payload_decodes_and_keeps_its_fields(path: Path):
+    raw = path.read_bytes()
+    obj = msgspec.json.decode(raw, type=_kind(path))
+    again = json.loads(msgspec.json.encode(obj))
+    original = json.loads(raw)
+    for key, value in original.items():  # fields may be added (with defaults), never dropped or changed
+        assert again[key] == value, key
+
+
+def test_unknown_fields_are_ignored_for_forward_compatibility():
+    newer = b'{"question": "q", "a_field_from_the_future": {"x": 1}}'
+    assert msgspec.json.decode(newer, type=SolveRequest).question == "q"
