@@ -11,7 +11,7 @@ import sys
 import msgspec
 from rich.console import Console
 
-from conductor.settings import CommonSettings
+from conductor.settings import DEFAULT_METRICS_PORT, CommonSettings
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -26,19 +26,24 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.pool:
         env["CONDUCTOR_POOL"] = args.pool
-    settings = CommonSettings.from_env(env)
     server = None
-    if args.embedded_nats and not reachable(settings.nats_url):
+    if args.embedded_nats and not reachable(CommonSettings.from_env(env).nats_url):
         server = NatsServer().start()
         env["NATS_URL"] = server.url
-        settings = CommonSettings.from_env(env)
+    settings = CommonSettings.from_env(env)
+    # `serve` exposes /metrics and the probes by default; a port chosen explicitly must be free, the default
+    # need not be (several local `serve` processes), see conductor/probes.py.
+    port_chosen = "CONDUCTOR_METRICS_PORT" in env
+    if not port_chosen:
+        settings = msgspec.structs.replace(settings, metrics_port=DEFAULT_METRICS_PORT)
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with running(create_services(names, env), settings, name="+".join(names)):
+        services = create_services(names, env)
+        async with running(services, settings, name="+".join(names), strict_metrics_port=port_chosen):
             print(f"serving {', '.join(names)} on {settings.nats_url}; Ctrl-C to stop", file=sys.stderr, flush=True)
             await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
 

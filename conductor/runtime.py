@@ -6,14 +6,16 @@ knows the list, so the CLI and tests never reach into a service's internals.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from faststream.nats import NatsBroker
 
 from conductor.broker import make_broker
 from conductor.logging import configure_logging, get_logger
+from conductor.probes import ProbeServer
 from conductor.service import Service
 from conductor.settings import CommonSettings
 
@@ -43,23 +45,58 @@ def create_services(names: Sequence[str], env: Mapping[str, str] | None = None) 
 
 
 @contextlib.asynccontextmanager
-async def running(services: Sequence[Service], settings: CommonSettings, *, name: str) -> AsyncIterator[NatsBroker]:
-    """Connect one broker, include every service's router, start resources; undo it all on exit."""
+async def running(
+    services: Sequence[Service], settings: CommonSettings, *, name: str, strict_metrics_port: bool = True
+) -> AsyncIterator[NatsBroker]:
+    """Connect one broker, include every service's router, start resources; undo it all on exit.
+
+    With ``settings.metrics_port`` set, ``/metrics``, ``/healthz`` and ``/readyz`` are served from the start
+    (health during a slow start-up), ready once every service started and while NATS is connected.
+    """
     configure_logging(settings.log_level, json=settings.log_json)
     broker = make_broker(settings, name=name)
     for svc in services:
         broker.include_router(svc.router)
     log = get_logger("conductor.runtime")
     started: list[Service] = []
+    accepting = False
     await broker.start()
+    connection = broker.connection
+    probes: ProbeServer | None = None
     try:
+        probes = await _start_probes(settings, lambda: accepting and connection.is_connected, strict_metrics_port)
         for svc in services:
             await svc.start(broker)
             started.append(svc)
+        accepting = True
         log.info("services started", services=[s.name for s in services], nats=settings.nats_url)
         yield broker
     finally:
+        accepting = False
+        await drain(services)
         await broker.stop()
         for svc in reversed(started):
             await svc.stop()
+        if probes is not None:
+            await probes.stop()
         log.info("services stopped", services=[s.name for s in started])
+
+
+async def drain(services: Sequence[Service]) -> None:
+    """Stop taking messages service by service, in the order given (upstream first: ``SERVICES`` lists the
+    executor first), each service's subscribers at once, each waiting up to the drain timeout for its in-flight
+    handlers.
+
+    FastStream's ``broker.stop()`` stops every subscriber at once; in one process (`serve all`) the worker adapter
+    would then unsubscribe while the executor still waits on its calls, failing tasks that could have finished.
+    """
+    for svc in services:
+        await asyncio.gather(*(sub.stop() for sub in svc.router.subscribers))
+
+
+async def _start_probes(settings: CommonSettings, ready: Callable[[], bool], strict: bool) -> ProbeServer | None:
+    if settings.metrics_port is None:
+        return None
+    probes = ProbeServer(settings.metrics_host, settings.metrics_port, ready, strict=strict)
+    await probes.start()
+    return probes

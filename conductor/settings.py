@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+DEFAULT_METRICS_PORT = 9464  # the OpenTelemetry Prometheus exporter's port
 
 
 class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -23,6 +24,10 @@ class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
     # serialise every task in an executor; each subscriber passes this as ``max_workers``.
     handler_concurrency: int = 1024
     drain_timeout_s: float = 30.0  # on shutdown, how long in-flight handlers may finish before being cancelled
+    # HTTP /metrics, /healthz, /readyz. None (library use, tests) serves nothing; `conductor serve` defaults it to
+    # DEFAULT_METRICS_PORT unless CONDUCTOR_METRICS_PORT is 0 or "off".
+    metrics_port: int | None = None
+    metrics_host: str = "0.0.0.0"  # probes come from the kubelet and scrapes from Prometheus: not only localhost
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CommonSettings:
@@ -39,7 +44,16 @@ class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
             request_timeout_s=float(env.get("CONDUCTOR_REQUEST_TIMEOUT_S", "600")),
             handler_concurrency=int(env.get("CONDUCTOR_HANDLER_CONCURRENCY", "1024")),
             drain_timeout_s=float(env.get("CONDUCTOR_DRAIN_TIMEOUT_S", "30")),
+            metrics_port=metrics_port(env.get("CONDUCTOR_METRICS_PORT")),
+            metrics_host=env.get("CONDUCTOR_METRICS_HOST", "0.0.0.0"),
         )
 
     def subject(self, name: str) -> str:
         return f"{self.subject_prefix}{name}" if self.subject_prefix else name
+
+
+def metrics_port(value: str | None) -> int | None:
+    """``CONDUCTOR_METRICS_PORT``: unset, empty, ``0`` or ``off`` mean no HTTP endpoint."""
+    if value is None or value.strip().lower() in {"", "0", "off", "false", "no"}:
+        return None
+    return int(value)

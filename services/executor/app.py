@@ -10,6 +10,7 @@ from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage, NatsRouter, PullSub
 from nats.js.api import RetentionPolicy, StorageType
 
+from conductor import metrics
 from conductor.pool import Pool, load_pool
 from conductor.wire import WireError, decode, encode
 from schemas.solve import SOLVE_SUBJECT, SolveRequest, SolveResult
@@ -75,12 +76,15 @@ class ExecutorService:
             req = decode(msg.body, SolveRequest, max_bytes=self.settings.common.max_payload_bytes)
         except WireError as exc:
             log.info("rejected solve request", error=exc.info.message, field=exc.info.field)
-            return encode(SolveResult(task_id="", error=exc.info))
+            result = SolveResult(task_id="", error=exc.info)
+            metrics.task_finished(result, SOLVE_SUBJECT)
+            return encode(result)
         checkpoint = None
         if self.store is not None and self.settings.checkpoint_request_reply:
             checkpoint = self.store.save_checkpoint
         result = await self.executor.solve(req, checkpoint=checkpoint)
         log.info("task finished", task_id=result.task_id, error=result.error and result.error.code)
+        metrics.task_finished(result, SOLVE_SUBJECT)
         return encode(result)
 
     async def handle_task(self, msg: NatsMessage) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import msgspec
 import structlog
 
+from conductor import metrics
 from conductor.pool import Pool, WorkerSpec
 from conductor.reward import UNPARSEABLE, reward
 from schemas.errors import ErrorCode, ErrorInfo
@@ -295,6 +296,7 @@ class _TaskRun:
         remaining = self.meter.remaining_wall()
         if remaining is not None:
             timeout = min(timeout, max(remaining, 0.001))
+        started = time.monotonic()
         reply = await self.ex.transport.work(
             WorkRequest(
                 worker=worker.name,
@@ -306,6 +308,7 @@ class _TaskRun:
             ),
             timeout=timeout,
         )
+        metrics.step_finished(worker.name, reply.error, time.monotonic() - started)
         self.meter.add(reply.usage)
         await self.ex.progress(
             ProgressEvent(

@@ -10,6 +10,7 @@ FastStream's default for NATS drops a message whose handler raises; here every o
 | transient failure (unavailable, retryable worker err)| checkpoint kept, nak with backoff (resumes later)   |
 | transient failure on the last allowed delivery       | dead letter (task, error chain, attempts) + result  |
 | crash / lost connection mid-task                     | no ack: redelivered after AckWait, resumes          |
+| shutdown outlasting the drain timeout (cancelled)    | nak at once: redelivered now, resumes               |
 
 While a task runs, an in-progress ack every ``ack_wait/3`` keeps JetStream from redelivering it.
 """
@@ -23,10 +24,11 @@ import msgspec
 import structlog
 from nats.aio.msg import Msg
 
+from conductor import metrics
 from conductor.wire import WireError, decode
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import SolveRequest, SolveResult
-from schemas.tasks import DeadLetter, TaskCheckpoint
+from schemas.tasks import SUBMIT_SUBJECT, DeadLetter, TaskCheckpoint
 from services.executor.config import IntakeSettings
 from services.executor.core import Executor
 from services.executor.store import TaskStore
@@ -52,18 +54,20 @@ class Intake:
 
     async def handle(self, msg: Msg) -> None:
         delivered = msg.metadata.num_delivered
+        if delivered > 1:
+            metrics.REDELIVERIES.inc()
         fallback_id = (msg.headers or {}).get("Nats-Msg-Id") or f"seq-{msg.metadata.sequence.stream}"
         try:
             req = decode(msg.data, SolveRequest, max_bytes=self.settings.max_payload_bytes)
         except WireError as exc:
-            await self._finish(msg, SolveResult(task_id=fallback_id, error=exc.info))
+            await self._finish(msg, SolveResult(task_id=fallback_id, error=exc.info), counted=True)
             return
         task_id = req.task_id or fallback_id
         req = msgspec.structs.replace(req, task_id=task_id)
         with structlog.contextvars.bound_contextvars(task_id=task_id, delivery=delivered):
             existing = await self.store.result(task_id)
             if existing is not None:
-                await self._finish(msg, existing)
+                await self._finish(msg, existing, counted=False)
                 return
             resume = await self.store.checkpoint(task_id)
             try:
@@ -77,12 +81,18 @@ class Intake:
             if is_transient(result.error):
                 await self._retry_or_dead_letter(msg, req, result, delivered)
                 return
-            await self._finish(msg, result)
+            await self._finish(msg, result, counted=True)
 
     async def _run(self, msg: Msg, req: SolveRequest, resume: TaskCheckpoint | None) -> SolveResult:
         heartbeat = asyncio.create_task(self._keep_alive(msg))
         try:
             return await self.executor.solve(req, resume=resume, checkpoint=self.store.save_checkpoint)
+        except asyncio.CancelledError:
+            # Shutdown outlasted the drain timeout: hand the task back now (it resumes from its last checkpoint
+            # on any replica) rather than leaving it to AckWait.
+            log.warning("task cancelled mid-run (shutdown); releasing it for redelivery")
+            await msg.nak()
+            raise
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -105,11 +115,15 @@ class Intake:
             return
         log.error("giving up after max deliveries", attempts=delivered, error=result.error.message)
         await self.store.dead_letter(DeadLetter(task_id=req.task_id, request=req, attempts=delivered, errors=errors))
-        await self._finish(msg, result)
+        metrics.DEAD_LETTERS.inc()
+        await self._finish(msg, result, counted=True)
 
-    async def _finish(self, msg: Msg, result: SolveResult) -> None:
+    async def _finish(self, msg: Msg, result: SolveResult, *, counted: bool) -> None:
         """Store (first writer wins), publish once, ack, then forget the checkpoint — in that order, so a crash
-        at any point leaves either a redelivery that finds the stored result or the checkpoint to resume from."""
+        at any point leaves either a redelivery that finds the stored result or the checkpoint to resume from.
+        ``counted``: this delivery produced the result (a redelivery finding a stored one is not a new task)."""
+        if counted:
+            metrics.task_finished(result, SUBMIT_SUBJECT)
         stored = await self.store.store_result(result)
         await self.store.publish_result_event(stored)
         await msg.ack()

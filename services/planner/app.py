@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import structlog
 from faststream.nats import NatsBroker, NatsMessage, NatsRouter
 
+from conductor import metrics
 from conductor.wire import WireError, decode, encode
 from schemas.plan import PLAN_SUBJECT, PlanReply, PlanRequest
 from services.planner.config import PlannerSettings, build_policy
@@ -48,9 +50,12 @@ class PlannerService:
             req = decode(msg.body, PlanRequest, max_bytes=self.settings.common.max_payload_bytes)
         except WireError as exc:
             log.info("rejected plan request", error=exc.info.message, field=exc.info.field)
+            metrics.bad_request(PLAN_SUBJECT)
             return encode(PlanReply(policy="", error=exc.info))
+        started = time.monotonic()
         with structlog.contextvars.bound_contextvars(task_id=req.task_id, round=req.round):
             reply = await self.planner.plan(req)
+            metrics.plan_finished(reply, time.monotonic() - started)
             log.info("planned", policy=reply.policy, steps=len(reply.workflow) if reply.workflow else None,
                      attempts=reply.attempts, fallback=reply.fallback_used, error=reply.error and reply.error.code)  # fmt: skip
         return encode(reply)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import structlog
 from faststream.nats import NatsBroker, NatsMessage, NatsRouter
 
+from conductor import metrics
 from conductor.wire import WireError, decode, encode
 from schemas.verify import VERIFY_SUBJECT, Outcome, VerifyBatch, VerifyBatchResult
 from services.verifier.config import Settings
@@ -53,8 +55,11 @@ class VerifierService:
             batch = decode(msg.body, VerifyBatch, max_bytes=self.settings.max_payload_bytes)
         except WireError as exc:
             log.info("rejected verify batch", error=exc.info.message, field=exc.info.field)
+            metrics.bad_request(VERIFY_SUBJECT)
             return encode(VerifyBatchResult(error=exc.info))
+        started = time.monotonic()
         verdicts = await self.verifier.verify_batch(batch.items)
+        metrics.verified(verdicts, time.monotonic() - started)
         log.info("verified", items=len(verdicts), errors=sum(v.outcome is Outcome.ERROR for v in verdicts))
         return encode(VerifyBatchResult(verdicts=verdicts))
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import structlog
 from faststream.nats import NatsBroker, NatsMessage, NatsRouter
 
+from conductor import metrics
 from conductor.pool import Pool, load_pool
 from conductor.wire import WireError, decode, encode
 from schemas.work import WORK_SUBJECT, WorkReply, WorkRequest
@@ -69,6 +70,7 @@ class WorkerAdapterService:
             req = decode(msg.body, WorkRequest, max_bytes=self.settings.common.max_payload_bytes)
         except WireError as exc:
             log.info("rejected work request", error=exc.info.message, field=exc.info.field)
+            metrics.bad_request(WORK_SUBJECT)
             return encode(WorkReply(worker="", error=exc.info))
         with structlog.contextvars.bound_contextvars(task_id=req.task_id, round=req.round, step=req.step):
             reply = await self.adapter.call(req)
@@ -79,6 +81,7 @@ class WorkerAdapterService:
                 latency_s=round(reply.latency_s, 3),
                 error=reply.error and reply.error.code,
             )
+        metrics.work_finished(req, reply, WORK_SUBJECT)
         return encode(reply)
 
 

@@ -1,0 +1,142 @@
+"""Prometheus metrics of every service, defined once per process and observed at handler boundaries.
+
+Defined at module level in a registry of our own: `serve all` runs several services in one process and tests
+create many service instances, so a metric must never be registered twice (prometheus_client raises on that);
+module import happens once. A private registry keeps `/metrics` to our series plus the process collectors, whatever
+else the host process registers in the default one.
+
+Label values are bounded by construction: outcomes are ``ok`` or an ``ErrorCode``; workers are pool names, taken
+only from replies the pool accepted (a request naming an unknown worker counts as a bad request, never as a new
+``worker`` label); subjects are the unprefixed subject constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.plan import PlanReply
+from schemas.solve import SolveResult
+from schemas.verify import Verdict
+from schemas.work import WorkReply, WorkRequest
+
+REGISTRY = CollectorRegistry()
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
+# From a sub-millisecond sim hop to a long multi-round task.
+_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+def _counter(name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+    return Counter(name, doc, labels, registry=REGISTRY)
+
+
+TASKS = _counter("conductor_tasks", "Tasks finished by the executor, by outcome (ok or the error code).", ["outcome"])
+STEPS = _counter("conductor_steps", "Workflow steps run by the executor.", ["worker", "outcome"])
+WORKER_CALLS = _counter("conductor_worker_calls", "Worker calls answered by the worker adapter.", ["worker", "outcome"])
+WORKER_RETRIES = _counter(
+    "conductor_worker_retries",
+    "Extra tries of worker calls (attempts - 1); reason: recovered (then succeeded) or exhausted (still failed).",
+    ["worker", "reason"],
+)
+REDELIVERIES = _counter("conductor_redeliveries", "Durable task deliveries after the first (JetStream redelivery).")
+DEAD_LETTERS = _counter("conductor_dead_letters", "Durable tasks given up after MaxDeliver transient failures.")
+CACHE_HITS = _counter("conductor_cache_hits", "Worker calls answered from the worker-call cache.", ["worker"])
+CACHE_MISSES = _counter("conductor_cache_misses", "Cache-enabled worker calls the cache could not answer.", ["worker"])
+TOKENS = _counter("conductor_tokens", "Worker tokens by direction (input, output).", ["worker", "direction"])
+COST = _counter("conductor_cost_usd", "Worker cost in US dollars.", ["worker"])
+PLANS = _counter("conductor_plans", "Planner replies by outcome (ok, handback or the error code).", ["outcome"])
+PLAN_FALLBACKS = _counter("conductor_plan_fallbacks", "Workflows written by the fallback planner.")
+PLAN_FORMAT_FAILURES = _counter(
+    "conductor_plan_format_failures", "Conductor samples rejected as unparseable (each triggers a resample)."
+)
+VERDICTS = _counter("conductor_verdicts", "Verifier verdicts by outcome.", ["outcome"])
+BAD_REQUESTS = _counter("conductor_bad_requests", "Requests rejected as malformed or invalid, by subject.", ["subject"])
+STAGE_LATENCY = Histogram(
+    "conductor_stage_latency_seconds",
+    "Latency by stage: solve (task), plan, work (worker call), verify (batch), step (as the executor sees it).",
+    ["stage"],
+    buckets=_BUCKETS,
+    registry=REGISTRY,
+)
+WORKER_LATENCY = Histogram(
+    "conductor_worker_latency_seconds", "Worker call latency by worker.", ["worker"], buckets=_BUCKETS, registry=REGISTRY
+)
+
+_REJECTED = {ErrorCode.BAD_REQUEST, ErrorCode.PAYLOAD_TOO_LARGE}
+
+
+def outcome(error: ErrorInfo | None) -> str:
+    return "ok" if error is None else str(error.code)
+
+
+def exposition() -> bytes:
+    """The text exposition format served on ``/metrics``."""
+    return generate_latest(REGISTRY)
+
+
+def bad_request(subject: str) -> None:
+    BAD_REQUESTS.labels(subject).inc()
+
+
+def task_finished(result: SolveResult, subject: str) -> None:
+    """A final result left the executor: count it; a rejected request also counts as a bad request on ``subject``
+    and stays out of the latency histogram (it never ran)."""
+    TASKS.labels(outcome(result.error)).inc()
+    if result.error is not None and result.error.code in _REJECTED:
+        bad_request(subject)
+        return
+    STAGE_LATENCY.labels("solve").observe(result.latency_s)
+
+
+def step_finished(worker: str, error: ErrorInfo | None, seconds: float) -> None:
+    STEPS.labels(worker, outcome(error)).inc()
+    STAGE_LATENCY.labels("step").observe(seconds)
+
+
+def plan_finished(reply: PlanReply, seconds: float) -> None:
+    PLANS.labels("handback" if reply.error is None and reply.handback else outcome(reply.error)).inc()
+    if reply.fallback_used:
+        PLAN_FALLBACKS.inc()
+    if reply.format_failures:
+        PLAN_FORMAT_FAILURES.inc(len(reply.format_failures))
+    STAGE_LATENCY.labels("plan").observe(seconds)
+
+
+def work_finished(req: WorkRequest, reply: WorkReply, subject: str) -> None:
+    """Calls, retries, tokens, cost, cache and latency of one worker call, all from its reply."""
+    if reply.error is not None and reply.error.code == ErrorCode.BAD_REQUEST:
+        bad_request(subject)  # the worker name may be anything here: no per-worker series for it
+        return
+    worker = reply.worker
+    WORKER_CALLS.labels(worker, outcome(reply.error)).inc()
+    if reply.attempts > 1:
+        WORKER_RETRIES.labels(worker, "recovered" if reply.error is None else "exhausted").inc(reply.attempts - 1)
+    if req.cache:
+        (CACHE_HITS if reply.cached else CACHE_MISSES).labels(worker).inc()
+    if reply.usage.input_tokens:
+        TOKENS.labels(worker, "input").inc(reply.usage.input_tokens)
+    if reply.usage.output_tokens:
+        TOKENS.labels(worker, "output").inc(reply.usage.output_tokens)
+    if reply.usage.cost_usd:
+        COST.labels(worker).inc(reply.usage.cost_usd)
+    WORKER_LATENCY.labels(worker).observe(reply.latency_s)
+    STAGE_LATENCY.labels("work").observe(reply.latency_s)
+
+
+def verified(verdicts: Sequence[Verdict], seconds: float) -> None:
+    for v in verdicts:
+        VERDICTS.labels(str(v.outcome)).inc()
+    STAGE_LATENCY.labels("verify").observe(seconds)

@@ -1,0 +1,96 @@
+"""Metrics on a real nats-server: a few solves through every service, then `/metrics` shows them by label.
+
+The registry is process-wide (other tests in this process count too), so every check is a before/after delta.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import nats
+import pytest
+
+from conductor import metrics
+from conductor.client import ConductorClient
+from conductor.natsserver import free_port
+from conductor.runtime import create_services, running
+from conductor.settings import CommonSettings
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.solve import SolveRequest, SolveResult
+from schemas.work import WorkReply, WorkRequest
+from tests.conductor.scrape import delta, parse, scrape
+
+pytestmark = pytest.mark.nats
+
+QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled sim dataset (answer 2)
+WORKERS = ("sim-frontier", "sim-math", "sim-knowledge", "sim-small")
+
+
+@pytest.fixture
+async def served(nats_url, subject_prefix):
+    port = free_port()
+    env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_LOG_LEVEL": "WARNING"}
+    settings = CommonSettings.from_env({**env, "CONDUCTOR_METRICS_PORT": str(port)})
+    async with running(create_services(["executor", "planner", "worker-adapter", "verifier"], env), settings, name="m"):
+        yield settings, port
+
+
+async def test_solves_show_up_in_metrics_by_label(served):
+    settings, port = served
+    before = await scrape(port)
+    async with ConductorClient(settings) as client:
+        results = await asyncio.gather(
+            *(client.solve(SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60) for _ in range(3))
+        )
+        rejected = await client.solve(SolveRequest(question="q", pool=["gpt-99"]), timeout=30)
+        nc = await nats.connect(settings.nats_url)
+        reply = await nc.request(settings.subject("conductor.solve"), b'{"question": 5}', timeout=30)
+        await nc.close()
+    assert all(r.error is None for r in results)
+    assert rejected.error.code == ErrorCode.BAD_REQUEST
+    assert msgspec.json.decode(reply.data, type=SolveResult).error.code == ErrorCode.BAD_REQUEST
+    after = await scrape(port)
+
+    def d(name: str, **labels: str) -> float:
+        return delta(before, after, name, **labels)
+
+    steps = sum(len(rnd.steps) for r in results for rnd in r.workflows)
+    by_worker = {w: sum(1 for r in results for rnd in r.workflows for s in rnd.steps if s.worker == w) for w in WORKERS}
+    assert d("conductor_tasks_total", outcome="ok") == 3
+    assert d("conductor_tasks_total", outcome="bad_request") == 2
+    assert d("conductor_bad_requests_total", subject="conductor.solve") == 2
+    assert d("conductor_steps_total", outcome="ok") == steps > 0
+    for worker, n in by_worker.items():
+        assert d("conductor_steps_total", worker=worker, outcome="ok") == n
+        assert d("conductor_worker_calls_total", worker=worker, outcome="ok") == n
+    tokens_in = sum(r.usage.total.input_tokens - r.usage.planner.input_tokens for r in results)
+    assert d("conductor_tokens_total", direction="input") == tokens_in > 0
+    assert d("conductor_tokens_total", direction="output") > 0
+    cost = sum(u.cost_usd for r in results for u in r.usage.by_worker.values())
+    assert d("conductor_cost_usd_total") == pytest.approx(cost)
+    assert d("conductor_stage_latency_seconds_count", stage="solve") == 3
+    assert d("conductor_stage_latency_seconds_count", stage="plan") == 3
+    assert d("conductor_stage_latency_seconds_count", stage="step") == steps
+    assert d("conductor_stage_latency_seconds_count", stage="work") == steps
+    assert d("conductor_stage_latency_seconds_count", stage="verify") == 3
+    assert d("conductor_stage_latency_seconds_sum", stage="solve") > 0
+    assert d("conductor_verdicts_total") == 3
+    assert d("conductor_verdicts_total", outcome=str(results[0].verdict.outcome)) >= 1
+    assert d("conductor_plans_total", outcome="ok") == 3
+
+
+def test_worker_reply_accounting_keeps_labels_bounded():
+    """Retries are attempts - 1; cache hits/misses only for cache-enabled calls; an unknown worker adds no series."""
+    before = parse(metrics.exposition().decode())
+    cached = WorkRequest(worker="sim-math", messages=[], cache=True)
+    metrics.work_finished(cached, WorkReply(worker="sim-math", attempts=3, cached=True), "conductor.work")
+    unknown = ErrorInfo(code=ErrorCode.BAD_REQUEST, message="unknown worker", field="worker")
+    metrics.work_finished(WorkRequest(worker="x" * 50, messages=[]), WorkReply(worker="x" * 50, error=unknown), "s")
+    text = metrics.exposition().decode()
+    after = parse(text)
+    assert delta(before, after, "conductor_worker_retries_total", worker="sim-math", reason="recovered") == 2
+    assert delta(before, after, "conductor_cache_hits_total", worker="sim-math") == 1
+    assert delta(before, after, "conductor_cache_misses_total", worker="sim-math") == 0
+    assert delta(before, after, "conductor_bad_requests_total", subject="s") == 1
+    assert "x" * 50 not in text
