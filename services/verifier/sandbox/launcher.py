@@ -101,6 +101,7 @@ def slot_config(settings: Settings, slot: int) -> dict:
         "cand_uid": base if root else None,
         "test_uid": base + 1 if root else None,
         "site": True,
+        "keep": python_trees(),
         "preload": list(settings.sandbox_preload),
         "must_hide": must_not_see(settings),
         "tester_limits": {
@@ -132,22 +133,8 @@ def bwrap_argv(settings: Settings, bwrap: str) -> list[str]:
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
-    made: set[str] = set()
-    for tree in python_trees():
-        if any(tree == d or tree.startswith(d + "/") for d in SYSTEM_DIRS):
-            continue
-        for parent in reversed(Path(tree).parents[:-1]):  # bwrap would copy the host's modes (/root is 0700)
-            if str(parent) not in made:
-                made.add(str(parent))
-                argv += ["--perms", "0755", "--dir", str(parent)]
-        argv += ["--ro-bind", tree, tree]
-    for path in hidden_paths(settings):
-        argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
     size = str(settings.sandbox_tmp_mb * 1024 * 1024)
     argv += [
-        "--ro-bind",
-        str(RUNTIME_DIR),
-        RUNTIME_MOUNT,
         "--dev",
         "/dev",
         "--proc",
@@ -164,9 +151,21 @@ def bwrap_argv(settings: Settings, bwrap: str) -> list[str]:
         str(64 * 1024 * 1024),
         "--tmpfs",
         "/dev/shm",
-        "--chdir",
-        "/tmp",
     ]
+    # The Python trees are bound after the private /tmp, so a venv that lives under /tmp (a checkout in /tmp)
+    # stays visible instead of being covered by the tmpfs; the supervisor never wipes these ("keep").
+    made: set[str] = {"/tmp"}
+    for tree in python_trees():
+        if any(tree == d or tree.startswith(d + "/") for d in SYSTEM_DIRS):
+            continue
+        for parent in reversed(Path(tree).parents[:-1]):  # bwrap would copy the host's modes (/root is 0700)
+            if str(parent) not in made:
+                made.add(str(parent))
+                argv += ["--perms", "0755", "--dir", str(parent)]
+        argv += ["--ro-bind", tree, tree]
+    for path in hidden_paths(settings):
+        argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+    argv += ["--ro-bind", str(RUNTIME_DIR), RUNTIME_MOUNT, "--chdir", "/tmp"]
     for key, value in SANDBOX_ENV.items():
         argv += ["--setenv", key, value]
     if settings.sandbox_seccomp and seccomp.supported():

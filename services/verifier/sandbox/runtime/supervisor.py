@@ -62,6 +62,8 @@ class Sandbox:
         self.scratch = config["scratch"]
         private = config.get("private_tmp", False) and self.pidns
         self.wipe_roots = ["/tmp", "/dev/shm"] if private else [self.scratch]
+        # Read-only binds that live under a wiped root (a venv checked out under /tmp): never walked or wiped.
+        self.keep = [str(p) for p in config.get("keep", [])]
         self.zsock: socket.socket | None = None
         self.zpid = 0
         self.tester_proc: dict | None = None
@@ -172,6 +174,8 @@ class Sandbox:
             if os.path.isdir(root):
                 for entry in os.listdir(root):
                     path = os.path.join(root, entry)
+                    if any(k == path or k.startswith(path + "/") for k in self.keep):
+                        continue
                     if os.path.isdir(path) and not os.path.islink(path):
                         shutil.rmtree(path, ignore_errors=True)
                     else:
