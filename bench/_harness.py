@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -123,8 +123,15 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
     raise LookupError(field)
 
 
+def report(result: dict[str, object]) -> None:
+    """Human-readable lines, then the one JSON object every benchmark prints last."""
+    for key, value in result.items():
+        print(f"{key:45s} {value}")
+    print(json.dumps(result))
+
+
 def tempdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="conductor-bench-"))
 
 
-__all__ = ["NatsServer", "Processes", "pct", "raw_round_trip", "rss_mib", "tempdir", "zero_latency_pool"]
+__all__ = ["NatsServer", "Processes", "pct", "raw_round_trip", "report", "rss_mib", "tempdir", "zero_latency_pool"]

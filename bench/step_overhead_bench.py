@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nats  # noqa: E402
+import nats
 
-from bench._harness import NatsServer, Processes, pct, raw_round_trip, tempdir, zero_latency_pool  # noqa: E402
+from bench._harness import NatsServer, Processes, pct, raw_round_trip, report, tempdir, zero_latency_pool
 
 N_TASKS = 600
 BLOCKS = 4
@@ -85,7 +85,4 @@ async def main() -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    result = asyncio.run(main())
-    for k, v in result.items():
-        print(f"{k:45s} {v}")
-    print(json.dumps(result))
+    report(asyncio.run(main()))

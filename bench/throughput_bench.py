@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nats  # noqa: E402
+import nats
 
-from bench._harness import NatsServer, Processes, raw_round_trip, rss_mib, tempdir, zero_latency_pool  # noqa: E402
+from bench._harness import NatsServer, Processes, raw_round_trip, report, rss_mib, tempdir, zero_latency_pool
 
 
 async def solve_many(url: str, total: int, in_flight: int, timeout: float) -> tuple[float, int]:
@@ -116,7 +116,4 @@ async def main() -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    result = asyncio.run(main())
-    for k, v in result.items():
-        print(f"{k:45s} {v}")
-    print(json.dumps(result))
+    report(asyncio.run(main()))
