@@ -15,7 +15,9 @@ A pool file is TOML::
     reasoning_effort = "minimal"
     price_in_per_mtok = 1.25
     price_out_per_mtok = 10.0
-    concurrency = 16
+    concurrency = 16              # in flight at once, deployment-wide
+    rpm = 500                     # optional: requests / tokens per minute, deployment-wide
+    tpm = 200000
 
     [workers.sim]                 # only for provider = "sim"
     dataset = "answers.jsonl"     # relative to the pool file
@@ -77,7 +79,9 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     enable_thinking: bool | None = None  # openai_compatible: Qwen3's chat_template_kwargs switch
     price_in_per_mtok: float = 0.0
     price_out_per_mtok: float = 0.0
-    concurrency: int = 8
+    concurrency: int = 8  # calls in flight at once, for the whole deployment when the adapters share NATS KV
+    rpm: int | None = None  # requests per minute across the deployment; None = unlimited
+    tpm: int | None = None  # tokens (input + max output) per minute across the deployment; None = unlimited
     timeout_s: float = 120.0
     max_retries: int = 4
     sim: SimSpec | None = None
@@ -149,6 +153,8 @@ def _check(pool: Pool) -> None:
             raise PoolError(f"{where}: model is required")
         if w.concurrency < 1 or w.max_tokens < 1 or w.max_retries < 0 or w.timeout_s <= 0:
             raise PoolError(f"{where}: concurrency/max_tokens must be >= 1, max_retries >= 0, timeout_s > 0")
+        if (w.rpm is not None and w.rpm < 1) or (w.tpm is not None and w.tpm < 1):
+            raise PoolError(f"{where}: rpm and tpm must be >= 1 when set")
         if w.price_in_per_mtok < 0 or w.price_out_per_mtok < 0:
             raise PoolError(f"{where}: prices must be >= 0")
         if w.provider == "anthropic" and w.thinking_budget and w.thinking_budget < 1024:

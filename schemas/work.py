@@ -38,5 +38,6 @@ class WorkReply(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage = Usage()
     latency_s: float = 0.0
     attempts: int = 1
-    cached: bool = False
+    cached: bool = False  # served from the worker-call cache: original token counts, cost 0, calls 0
+    replayed: bool = False  # this (task_id, round, step) was already answered; the stored reply, no new call
     error: ErrorInfo | None = None

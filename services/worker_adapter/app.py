@@ -15,6 +15,7 @@ from services.worker_adapter.config import WorkerAdapterSettings, api_keys, key_
 from services.worker_adapter.core import RetryPolicy, WorkerAdapter
 from services.worker_adapter.provider import Provider
 from services.worker_adapter.providers import build_providers
+from services.worker_adapter.shared import Shared, shared_or_local
 
 log = structlog.get_logger("conductor.worker_adapter")
 
@@ -35,6 +36,7 @@ class WorkerAdapterService:
         self._keys = dict(keys or {})
         self._providers = dict(providers) if providers is not None else None
         self.adapter: WorkerAdapter | None = None
+        self.shared: Shared | None = None
         self.router = NatsRouter()
         self.router.subscriber(
             settings.common.subject(WORK_SUBJECT),
@@ -56,10 +58,15 @@ class WorkerAdapterService:
         retry = RetryPolicy(
             base_s=s.backoff_base_s, max_s=s.backoff_max_s, retry_after_cap_s=s.retry_after_cap_s
         )
-        self.adapter = WorkerAdapter(self.pool, self._providers, retry=retry)
+        js = broker.connection.jetstream() if s.shared.enabled else None
+        self.shared = await shared_or_local(js, s.common.subject_prefix, self.pool, s.shared)
+        self.adapter = WorkerAdapter(self.pool, self._providers, retry=retry, shared=self.shared)
 
     async def stop(self) -> None:
         self.adapter = None
+        if self.shared is not None:
+            await self.shared.aclose()
+            self.shared = None
         for provider in {id(p): p for p in (self._providers or {}).values()}.values():
             await provider.aclose()
 

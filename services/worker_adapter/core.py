@@ -7,6 +7,11 @@ is returned at once. Either way the reply carries a typed ``worker_error`` and h
 
 Accounting: ``usage.calls`` counts billed completions (1 on success, 0 on failure); ``attempts`` counts tries;
 ``latency_s`` is wall time from receipt to reply, including queueing for a concurrency slot and backoff sleeps.
+
+Layers, outermost first, each optional (``shared.py`` wires them when replicas share NATS KV):
+the ledger (ledger.py: one call per (task, round, step), replayed to duplicates), the cache (cache.py: opt-in per
+request, content-addressed), then per try the local semaphore and the deployment-wide gate (limits.py: concurrency,
+rpm, tpm, 429 cool-downs). ``stats()`` counts what each layer saved or cost.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from conductor.pool import Pool, WorkerSpec
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.usage import Usage
 from schemas.work import ChatMessage, WorkReply, WorkRequest
+from services.worker_adapter.cache import call_digest, hit_reply
+from services.worker_adapter.limits import token_estimate
 from services.worker_adapter.provider import (
     CallParams,
     Completion,
@@ -31,6 +38,8 @@ from services.worker_adapter.provider import (
     ProviderError,
     TransientProviderError,
 )
+from services.worker_adapter.shared import Shared, local_only
+from services.worker_adapter.stats import CallStats
 
 log = structlog.get_logger("conductor.worker_adapter")
 
@@ -94,7 +103,7 @@ def worker_error(spec: WorkerSpec, exc: ProviderError, attempts: int) -> ErrorIn
 
 
 class WorkerAdapter:
-    """Calls pool workers through their providers. One instance per process; it owns the concurrency limits."""
+    """Calls pool workers through their providers. One instance per process; it owns the local concurrency limits."""
 
     def __init__(
         self,
@@ -104,6 +113,7 @@ class WorkerAdapter:
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        shared: Shared | None = None,
     ) -> None:
         self.pool = pool
         self._specs = {w.name: w for w in pool.workers}
@@ -112,6 +122,12 @@ class WorkerAdapter:
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self._shared = shared or local_only()
+        self._stats = self._shared.stats
+
+    def stats(self) -> CallStats:
+        """A snapshot of the counters (cache hits and misses, replays, limit waits, provider calls)."""
+        return msgspec.structs.replace(self._stats)
 
     async def call(self, req: WorkRequest) -> WorkReply:
         start = time.monotonic()
@@ -119,15 +135,39 @@ class WorkerAdapter:
         if problem is not None:
             return WorkReply(worker=req.worker, error=problem, attempts=0)
         spec = self._specs[req.worker]
-        outcome, attempts = await self._attempts(spec, req.messages, call_params(spec, req))
-        latency = time.monotonic() - start
+        reply = await self._call(spec, req, call_params(spec, req))
+        return msgspec.structs.replace(reply, latency_s=time.monotonic() - start)
+
+    async def _call(self, spec: WorkerSpec, req: WorkRequest, params: CallParams) -> WorkReply:
+        """Through the ledger when the call has an identity (a task id) and replicas share one."""
+        ledger = self._shared.ledger
+        if ledger is None or not req.task_id:
+            return await self._fresh(spec, req, params, None)
+        digest = call_digest(spec, params, req.messages)
+        return await ledger.run(req, digest, lambda: self._fresh(spec, req, params, digest))
+
+    async def _fresh(
+        self, spec: WorkerSpec, req: WorkRequest, params: CallParams, digest: str | None
+    ) -> WorkReply:
+        """From the cache when the request opts in and it holds the call; else from the provider, then cached."""
+        cache = self._shared.cache if req.cache else None
+        if cache is None:
+            return await self._provider_reply(spec, req.messages, params)
+        digest = digest or call_digest(spec, params, req.messages)
+        hit = await cache.get(digest)
+        if hit is not None:
+            return hit_reply(spec, hit)
+        reply = await self._provider_reply(spec, req.messages, params)
+        if reply.error is None:
+            cache.store(digest, reply)
+        return reply
+
+    async def _provider_reply(
+        self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
+    ) -> WorkReply:
+        outcome, attempts = await self._attempts(spec, messages, params)
         if isinstance(outcome, ProviderError):
-            return WorkReply(
-                worker=spec.name,
-                latency_s=latency,
-                attempts=attempts,
-                error=worker_error(spec, outcome, attempts),
-            )
+            return WorkReply(worker=spec.name, attempts=attempts, error=worker_error(spec, outcome, attempts))
         usage = Usage(
             input_tokens=outcome.input_tokens,
             output_tokens=outcome.output_tokens,
@@ -139,7 +179,6 @@ class WorkerAdapter:
             text=outcome.text,
             model=outcome.model,
             usage=usage,
-            latency_s=latency,
             attempts=attempts,
         )
 
@@ -160,6 +199,10 @@ class WorkerAdapter:
                 )
                 return exc, attempt
             except TransientProviderError as exc:
+                if exc.status == 429 and exc.retry_after is not None:  # everyone waits, not just this call
+                    await self._shared.gate.cooldown(
+                        spec, min(exc.retry_after, self._retry.retry_after_cap_s)
+                    )
                 if attempt > spec.max_retries:
                     log.warning("worker call gave up", worker=spec.name, attempt=attempt, error=exc.message)
                     return exc, attempt
@@ -177,15 +220,20 @@ class WorkerAdapter:
     async def _once(
         self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
     ) -> Completion:
-        """One try inside the worker's concurrency slot, under our own deadline (a hung provider is transient)."""
+        """One try inside the worker's local and deployment-wide slots, under our own deadline (a hung provider is
+        transient). The local semaphore goes first: it is free, and it keeps a busy process from queueing on KV."""
         provider = self._providers.get(spec.provider)
         if provider is None:
             raise PermanentProviderError(f"no {spec.provider!r} provider is configured in this process")
-        async with self._limits[spec.name]:
+        tokens = token_estimate(messages, params.max_tokens) if spec.tpm is not None else 0
+        async with self._limits[spec.name], self._shared.gate.permit(spec, tokens) as permit:
+            self._stats.provider_calls += 1
             try:
                 async with asyncio.timeout(params.timeout_s):
-                    return await provider.complete(spec, messages, params)
+                    done = await provider.complete(spec, messages, params)
             except TimeoutError as exc:
                 raise TransientProviderError(
                     f"no answer within {params.timeout_s:g} s", detail="timeout (worker-adapter deadline)"
                 ) from exc
+            permit.spend(done.input_tokens + done.output_tokens)
+            return done

@@ -15,7 +15,7 @@ from conductor.wire import encode
 from schemas.errors import ErrorCode
 from schemas.work import WORK_SUBJECT, ChatMessage, WorkReply, WorkRequest
 from services.worker_adapter.app import WorkerAdapterService, create_service
-from services.worker_adapter.config import WorkerAdapterSettings
+from services.worker_adapter.config import SharedSettings, WorkerAdapterSettings
 
 QUESTION = "What is the capital city of Australia?"
 
@@ -32,9 +32,12 @@ BAD_PAYLOADS = [
 ]  # fmt: skip
 
 
-def _service(prefix: str, url: str = "nats://127.0.0.1:1") -> tuple[WorkerAdapterService, object]:
+def _service(
+    prefix: str, url: str = "nats://127.0.0.1:1", *, shared: bool = True
+) -> tuple[WorkerAdapterService, object]:
     common = CommonSettings(nats_url=url, subject_prefix=prefix, max_payload_bytes=4096)
-    svc = WorkerAdapterService(WorkerAdapterSettings(common=common), load_pool(None))
+    settings = WorkerAdapterSettings(common=common, shared=SharedSettings(enabled=shared))
+    svc = WorkerAdapterService(settings, load_pool(None))
     broker = make_broker(common, name="test")
     broker.include_router(svc.router)
     return svc, broker
@@ -62,7 +65,7 @@ async def _exercise(svc: WorkerAdapterService, broker, request, prefix: str) -> 
 
 
 async def test_work_handler_in_memory(subject_prefix):
-    svc, broker = _service(subject_prefix)
+    svc, broker = _service(subject_prefix, shared=False)  # the in-memory broker's JetStream is a mock
     async with TestNatsBroker(broker) as br:
 
         async def request(payload: bytes, subject: str) -> bytes:
@@ -97,6 +100,8 @@ async def test_requests_are_handled_concurrently(nats_url, subject_prefix):
             *(broker.request(_work("sim-frontier", i), subject, timeout=10) for i in range(16))
         )
         assert loop.time() - start < 0.5
+        assert svc.shared is not None and svc.shared.ledger is not None  # ledger, cache and limits on KV
+        assert svc.adapter is not None and svc.adapter.stats().provider_calls == 16
         await svc.stop()
 
 
