@@ -210,7 +210,10 @@ class CallLedger:
                 record = update  # renewed, or taken over by another waiter
             return revision
         finally:
-            await watcher.stop()
+            with contextlib.suppress(
+                nats.errors.ConnectionClosedError
+            ):  # closing ended the subscription already
+                await watcher.stop()
 
     async def _take_over(self, key: str, digest: str, revision: int) -> Owned | None:
         try:

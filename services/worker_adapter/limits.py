@@ -302,6 +302,8 @@ class SharedLimits:
         """Start mirroring the records (the watch) and renewing our holdings (the heartbeat)."""
         watcher = await self._kv.watch(f"{KEY_PREFIX}.>")
         self._tasks = [asyncio.create_task(self._follow(watcher)), asyncio.create_task(self._heartbeat())]
+        for task in self._tasks:
+            task.add_done_callback(_report_end)
 
     async def aclose(self) -> None:
         """Stop, and hand our slots back now rather than when their lease runs out."""
@@ -464,7 +466,10 @@ class SharedLimits:
                 if st.slots > st.busy + st.demand:
                     self._give_back(st)
         finally:
-            await watcher.stop()
+            with contextlib.suppress(
+                nats.errors.ConnectionClosedError
+            ):  # closing ended the subscription already
+                await watcher.stop()
 
     async def _heartbeat(self) -> None:
         """Renew our holdings and return slots idle for a whole period (a burst's leftovers)."""
@@ -480,6 +485,14 @@ class SharedLimits:
                     await self._hold(st)
                 except (nats.errors.Error, SharedLimitsError) as exc:
                     log.warning("could not renew slot holding", worker=st.spec.name, error=repr(exc))
+
+
+def _report_end(task: asyncio.Task[None]) -> None:
+    """The mirror and the heartbeat run until ``aclose``; ending earlier leaves stale limits, so say so loudly."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error(
+            "shared limits task stopped", task=task.get_coro().__qualname__, error=repr(task.exception())
+        )
 
 
 class SharedLimitsError(RuntimeError):

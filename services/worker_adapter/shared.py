@@ -44,7 +44,8 @@ class Shared:
         self.ledger = ledger
         self.cache = cache
 
-    async def aclose(self, drain_s: float = 5.0) -> None:
+    async def aclose(self, drain_s: float = 2.0) -> None:
+        """Return slots and finish pending writes; bounded, because on shutdown the connection may be gone."""
         await self.gate.aclose()
         await self.writes.drain(drain_s)
 

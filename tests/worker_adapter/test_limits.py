@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import msgspec
+import pytest
 
-from conductor.pool import WorkerSpec
+from conductor.pool import PoolError, WorkerSpec, parse_pool
 from schemas.tasks import Names
 from schemas.work import ChatMessage, WorkRequest
 from services.worker_adapter.cache import call_digest
+from services.worker_adapter.config import WorkerAdapterSettings
 from services.worker_adapter.core import call_params
 from services.worker_adapter.ledger import call_key
 from services.worker_adapter.limits import Holding, Need, WorkerLoad, cool, hold, reserve
@@ -104,3 +106,13 @@ def test_bucket_names_follow_the_executor_suffix():
     suffix = Names.for_prefix(prefix).checkpoints_bucket.removeprefix("CONDUCTOR_CHECKPOINTS")
     assert Buckets.for_prefix(prefix).calls == "CONDUCTOR_CALLS" + suffix == "CONDUCTOR_CALLS_T1234"
     assert Buckets.for_prefix("").limits == "CONDUCTOR_LIMITS"
+
+
+def test_shared_settings_from_env_and_pool_rates():
+    settings = WorkerAdapterSettings.from_env({"CONDUCTOR_WORKER_SHARED": "0", "CONDUCTOR_CALL_LEASE_S": "5"})
+    assert not settings.shared.enabled and settings.shared.lease_s == 5.0
+    assert WorkerAdapterSettings.from_env({}).shared.enabled
+    base = '[[workers]]\nname = "w"\nprovider = "openai"\nmodel = "m"\n'
+    assert parse_pool(base + "rpm = 60\ntpm = 1000\n").workers[0].rpm == 60
+    with pytest.raises(PoolError, match="rpm and tpm"):
+        parse_pool(base + "tpm = 0\n")

@@ -31,7 +31,7 @@ from services.worker_adapter.provider import (
     TransientProviderError,
 )
 from services.worker_adapter.shared import Shared, open_shared, shared_or_local
-from services.worker_adapter.store import Buckets
+from services.worker_adapter.store import Buckets, open_bucket
 
 pytestmark = pytest.mark.nats
 
@@ -387,4 +387,15 @@ async def test_without_jetstream_nothing_is_shared(plain_nats_url, subject_prefi
     nc = await nats.connect(plain_nats_url)
     shared = await shared_or_local(nc.jetstream(), subject_prefix, _pool(), SharedSettings())
     assert shared.ledger is None and shared.cache is None and isinstance(shared.gate, Unlimited)
+    await nc.close()
+
+
+async def test_a_bucket_with_other_settings_is_used_as_it_is(nats_url, subject_prefix):
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    name = Buckets.for_prefix(subject_prefix).cache
+    await js.create_key_value(bucket=name, history=1, ttl=60)
+    kv = await open_bucket(js, name, 3600)
+    await kv.put("k", b"v")
+    assert (await kv.get("k")).value == b"v"
     await nc.close()
