@@ -42,6 +42,7 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     nats_restarts: int = 0
     provider: dict[str, object] = {}
     reexecuted_calls: int = 0
+    metrics: dict[str, float] = {}  # sums scraped from the services' /metrics at the end
     wall_s: float = 0.0
     tasks_per_s: float = 0.0
 
@@ -167,8 +168,11 @@ async def run_chaos(
         "CONDUCTOR_MAX_DELIVER": "20",
         "CONDUCTOR_DRAIN_TIMEOUT_S": "5",
     }
-    helpers = Service("planner,worker-adapter,verifier", env, tmp / "helpers.log")
-    executor = Service("executor", env, tmp / "executor.log")
+    helpers_port, executor_port = free_port(), free_port()
+    helpers = Service(
+        "planner,worker-adapter,verifier", {**env, "CONDUCTOR_METRICS_PORT": str(helpers_port)}, tmp / "helpers.log"
+    )
+    executor = Service("executor", {**env, "CONDUCTOR_METRICS_PORT": str(executor_port)}, tmp / "executor.log")
     report = ChaosReport(tasks=tasks, duplicate_submissions=tasks // 20)
     names = Names.for_prefix("")
     started = time.monotonic()
@@ -215,6 +219,10 @@ async def run_chaos(
             report.provider = json.loads(resp.read())
         report.reexecuted_calls = int(report.provider["reexecuted"])  # type: ignore[call-overload]
         report.tasks_per_s = report.results / report.wall_s if report.wall_s else 0.0
+        report.metrics = {
+            **scrape(helpers_port, ["conductor_worker_retries_total", "conductor_worker_calls_total"]),
+            **scrape(executor_port, ["conductor_redeliveries_total", "conductor_tasks_total"]),
+        }
         return report
     finally:
         executor.stop()
@@ -222,6 +230,18 @@ async def run_chaos(
         faults.kill()
         faults.wait()
         nats_server.stop()
+
+
+def scrape(port: int, names: list[str]) -> dict[str, float]:
+    """Sum each named metric over all its label sets, from a service's Prometheus endpoint."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    sums = dict.fromkeys(names, 0.0)
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in sums:
+            sums[name] += float(line.rsplit(" ", 1)[1])
+    return sums
 
 
 def _schedule(tasks: int, kills: int, restarts: int) -> list[tuple[int, str]]:
