@@ -58,8 +58,8 @@ class WorkerAdapterService:
         retry = RetryPolicy(
             base_s=s.backoff_base_s, max_s=s.backoff_max_s, retry_after_cap_s=s.retry_after_cap_s
         )
-        js = broker.connection.jetstream() if s.shared.enabled else None
-        self.shared = await shared_or_local(js, s.common.subject_prefix, self.pool, s.shared)
+        nc = broker.connection if s.shared.enabled else None  # the in-memory test broker has no real one
+        self.shared = await shared_or_local(nc, s.common.subject_prefix, self.pool, s.shared)
         self.adapter = WorkerAdapter(self.pool, self._providers, retry=retry, shared=self.shared)
 
     async def stop(self) -> None:

@@ -7,7 +7,9 @@ compare-and-set (``kv.update(.., last=revision)``) and mirrored into every repli
 - **Batch reservation, not a round trip per call.** A replica reserves capacity from the record in blocks and
   spends it locally: concurrency slots for as many calls as it has waiting, requests and tokens for the current
   minute in blocks of ``reserve_fraction`` of the limit. While its reservation lasts, a call costs no KV round
-  trip at all; growing it costs one CAS (concurrent callers share it), a conflict one more ``get``.
+  trip at all; growing it costs one CAS (concurrent callers share it), a conflict one more ``get``. Measured on a
+  local nats-server (tests/worker_adapter/test_shared.py::test_overhead_per_call): +3-9 µs per call, one KV write
+  per ~600 calls; three replicas sharing concurrency 64 ran 3,000 10 ms calls at 70% of the ideal rate.
 - **Leases, so a crashed replica leaks nothing for long.** Each replica's slot holding expires ``lease_s`` after
   its last write; a heartbeat every ``lease_s / 3`` renews it and returns slots that went unused for a whole period.
   Expired holdings are dropped by whoever writes next. Rate reservations die with their one-minute window.
@@ -15,7 +17,8 @@ compare-and-set (``kv.update(.., last=revision)``) and mirrored into every repli
   share (``ceil(concurrency / parties)``) gives slots back as its calls finish, and nobody at or above its share may
   grow. Waiters wake on each record change (the watch) or after ``poll_s``.
 - **Shared cool-down.** A 429 with Retry-After sets ``cooldown_until`` in the record; every replica sees it through
-  its mirror and holds new calls for that worker until then (no read per call).
+  its mirror and holds new calls for that worker until then (no read per call). The mirror watches again after
+  every reconnect (a KV watch does not survive a nats-server restart); meanwhile CAS conflicts still refresh it.
 - Tokens per minute are charged before the call as input characters / 4 + the call's ``max_tokens`` (what hosted
   APIs count), and the unused part is refunded locally when the real usage is known.
 
@@ -52,6 +55,7 @@ log = structlog.get_logger("conductor.worker_adapter")
 T = TypeVar("T")
 KEY_PREFIX = "load"
 CAS_TRIES = 50  # a record rewritten this often under us means something is badly wrong; fail open and log
+MIRROR_CHECK_S = 0.5  # how often the mirror looks for a reconnect (a local counter, no I/O)
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers; only for charging tpm
 
 
@@ -284,6 +288,7 @@ class SharedLimits:
         window_s: float = 60.0,  # the rate window; 60 makes rpm/tpm per minute (tests shorten it)
         poll_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        reconnects: Callable[[], int] = lambda: 0,  # the connection's reconnect count (nats-py ``stats``)
     ) -> None:
         self._kv = kv
         self._owner = owner
@@ -294,16 +299,44 @@ class SharedLimits:
         self.window_s = window_s
         self.poll_s = poll_s
         self._clock = clock
+        self._reconnects = reconnects
         self._workers = {w.name: _Worker(w) for w in pool.workers}
         self._by_key = {w.key: w for w in self._workers.values()}
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         """Start mirroring the records (the watch) and renewing our holdings (the heartbeat)."""
-        watcher = await self._kv.watch(f"{KEY_PREFIX}.>")
-        self._tasks = [asyncio.create_task(self._follow(watcher)), asyncio.create_task(self._heartbeat())]
+        watcher = await self._kv.watch(f"{KEY_PREFIX}.>")  # here, so a missing JetStream fails start-up
+        self._tasks = [asyncio.create_task(self._mirror(watcher)), asyncio.create_task(self._heartbeat())]
         for task in self._tasks:
             task.add_done_callback(_report_end)
+
+    async def _mirror(self, watcher: KeyValue.KeyWatcher) -> None:
+        """Follow the records, and watch again after every reconnect: a KV watch is an ephemeral consumer that does
+        not survive a nats-server restart (measured), and a dead mirror would hide cool-downs."""
+        while True:
+            seen = self._reconnects()
+            follow = asyncio.create_task(self._follow(watcher))
+            while (
+                self._reconnects() == seen and not follow.done()
+            ):  # nats-py counts reconnects, no callback here
+                await asyncio.wait({follow}, timeout=MIRROR_CHECK_S)
+            follow.cancel()
+            await asyncio.gather(follow, return_exceptions=True)
+            watcher = await self._watch_again()
+
+    async def _watch_again(self) -> KeyValue.KeyWatcher:
+        while True:
+            try:
+                watcher = await self._kv.watch(f"{KEY_PREFIX}.>")
+            except (
+                nats.errors.Error
+            ) as exc:  # still reconnecting: the CAS paths work without the mirror meanwhile
+                log.info("limits mirror not back yet", error=repr(exc))
+                await asyncio.sleep(MIRROR_CHECK_S)
+                continue
+            log.info("limits mirror re-created after a reconnect")
+            return watcher
 
     async def aclose(self) -> None:
         """Stop, and hand our slots back now rather than when their lease runs out."""
@@ -318,6 +351,10 @@ class SharedLimits:
                 except (nats.errors.Error, SharedLimitsError) as exc:
                     log.info("could not return slots; they lapse with their lease", worker=st.spec.name,
                                 error=repr(exc))  # fmt: skip
+
+    def cooling(self, spec: WorkerSpec) -> float:
+        """Seconds this worker is still cooling down after a 429, as this replica's mirror knows it."""
+        return max(self._workers[spec.name].load.cooldown_until - self._clock(), 0.0)
 
     def window(self, now: float) -> int:
         return int(now // self.window_s)

@@ -14,7 +14,7 @@ import uuid
 import nats.errors
 import nats.js.errors as js_errors
 import structlog
-from nats.js import JetStreamContext
+from nats.aio.client import Client
 
 from conductor.pool import Pool
 from services.worker_adapter.cache import CallCache
@@ -60,7 +60,7 @@ def replica_id() -> str:
 
 
 async def open_shared(
-    js: JetStreamContext,
+    nc: Client,
     prefix: str,
     pool: Pool,
     settings: SharedSettings,
@@ -70,6 +70,7 @@ async def open_shared(
 ) -> Shared:
     """Buckets for this subject prefix, the ledger, the cache and the running limits mirror."""
     names = Buckets.for_prefix(prefix)
+    js = nc.jetstream()
     owner = owner or replica_id()
     stats, writes = CallStats(), WriteBehind()
     calls = await open_bucket(js, names.calls, settings.calls_ttl_s)
@@ -84,6 +85,7 @@ async def open_shared(
         lease_s=settings.lease_s,
         reserve_fraction=settings.reserve_fraction,
         window_s=window_s,
+        reconnects=lambda: int(nc.stats["reconnects"]),
     )
     await limits.start()
     return Shared(
@@ -95,14 +97,12 @@ async def open_shared(
     )
 
 
-async def shared_or_local(
-    js: JetStreamContext | None, prefix: str, pool: Pool, settings: SharedSettings
-) -> Shared:
+async def shared_or_local(nc: Client | None, prefix: str, pool: Pool, settings: SharedSettings) -> Shared:
     """The shared bundle when enabled and JetStream answers; else ``local_only`` with a warning saying so."""
-    if js is None or not settings.enabled:
+    if nc is None or not settings.enabled:
         return local_only()
     try:
-        return await open_shared(js, prefix, pool, settings)
+        return await open_shared(nc, prefix, pool, settings)
     except (
         nats.errors.NoRespondersError,
         nats.errors.TimeoutError,
