@@ -48,7 +48,7 @@ def create_services(names: Sequence[str], env: Mapping[str, str] | None = None) 
 async def running(
     services: Sequence[Service], settings: CommonSettings, *, name: str, strict_metrics_port: bool = True
 ) -> AsyncIterator[NatsBroker]:
-    """Connect one broker, include every service's router, start resources; undo it all on exit.
+    """Connect one broker, start every service's resources, then its subscribers; undo it all on exit.
 
     With ``settings.metrics_port`` set, ``/metrics``, ``/healthz`` and ``/readyz`` are served from the start
     (health during a slow start-up), ready once every service started and while NATS is connected.
@@ -60,23 +60,25 @@ async def running(
     log = get_logger("conductor.runtime")
     started: list[Service] = []
     accepting = False
-    await broker.start()
-    connection = broker.connection
+    connection = await broker.connect()
     probes: ProbeServer | None = None
     try:
         probes = await _start_probes(settings, lambda: accepting and connection.is_connected, strict_metrics_port)
         for svc in services:
             await svc.start(broker)
             started.append(svc)
+        # Subscribers start last: a queued durable task is fetched at once, and its worker calls must find every
+        # service of this process ready (a handler of a service not started yet cannot answer).
+        await broker.start()
         accepting = True
         log.info("services started", services=[s.name for s in services], nats=settings.nats_url)
         yield broker
     finally:
         accepting = False
         await drain(services)
-        await broker.stop()
-        for svc in reversed(started):
+        for svc in reversed(started):  # before the connection closes: services may flush state to NATS
             await svc.stop()
+        await broker.stop()
         if probes is not None:
             await probes.stop()
         log.info("services stopped", services=[s.name for s in started])

@@ -17,7 +17,7 @@ from schemas.solve import SOLVE_SUBJECT, SolveRequest, SolveResult
 from schemas.tasks import Names
 from services.executor.config import ExecutorSettings
 from services.executor.core import Executor
-from services.executor.intake import Intake
+from services.executor.intake import PULL_EXPIRY_S, Intake
 from services.executor.store import TaskStore
 from services.executor.transport import NatsTransport, Transport
 
@@ -51,7 +51,7 @@ class ExecutorService:
                     storage=StorageType.FILE,
                 ),
                 durable="executor",
-                pull_sub=PullSub(batch_size=64, timeout=1.0),
+                pull_sub=PullSub(batch_size=64, timeout=PULL_EXPIRY_S),
                 config=ConsumerConfig(ack_wait=settings.intake.ack_wait_s, max_deliver=settings.intake.max_deliver),
                 ack_policy=AckPolicy.MANUAL,
                 max_workers=common.handler_concurrency,

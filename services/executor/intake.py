@@ -10,7 +10,7 @@ FastStream's default for NATS drops a message whose handler raises; here every o
 | transient failure (unavailable, retryable worker err)| checkpoint kept, nak with backoff (resumes later)   |
 | transient failure on the last allowed delivery       | dead letter (task, error chain, attempts) + result  |
 | crash / lost connection mid-task                     | no ack: redelivered after AckWait, resumes          |
-| shutdown outlasting the drain timeout (cancelled)    | nak at once: redelivered now, resumes               |
+| shutdown outlasting the drain timeout (cancelled)    | nak (2 s delay): redelivered soon, resumes          |
 
 While a task runs, an in-progress ack every ``ack_wait/3`` keeps JetStream from redelivering it.
 """
@@ -36,6 +36,10 @@ from services.executor.store import TaskStore
 log = structlog.get_logger("conductor.executor.intake")
 
 TRANSIENT_CODES = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
+PULL_EXPIRY_S = 1.0  # how long one fetch (pull request) of the task consumer waits on the server
+# A task released at shutdown is redelivered after this: JetStream would otherwise hand it straight back to a
+# pull request this draining process left open, and that delivery is lost until AckWait (measured: 30 s).
+RELEASE_DELAY_S = 2 * PULL_EXPIRY_S
 
 
 def is_transient(error: ErrorInfo | None) -> bool:
@@ -91,7 +95,9 @@ class Intake:
             # Shutdown outlasted the drain timeout: hand the task back now (it resumes from its last checkpoint
             # on any replica) rather than leaving it to AckWait.
             log.warning("task cancelled mid-run (shutdown); releasing it for redelivery")
-            await msg.nak()
+            # Shielded: FastStream runs handlers in an anyio task group, whose cancellation hits every later await
+            # too; unshielded, the nak itself would be cancelled before it is sent.
+            await asyncio.shield(msg.nak(delay=RELEASE_DELAY_S))
             raise
         finally:
             heartbeat.cancel()

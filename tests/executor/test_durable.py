@@ -153,7 +153,7 @@ async def test_crash_mid_step_resumes_elsewhere_rerunning_only_the_inflight_call
         await client.submit(SolveRequest(question="Q?", task_id="crash-1"))
         await asyncio.wait_for(first.reached.wait(), 10)
         await asyncio.sleep(0.1)  # let step 0's checkpoint land
-        await broker_a.stop()  # drain times out: the in-flight task is cancelled, neither acked nor nakked
+        await broker_a.stop()  # drain times out: the in-flight task is cancelled and released (delayed nak)
         second = ScriptedTransport([])  # must not be asked to plan again
         _svc_b, broker_b = await _start(settings, second)
         try:
