@@ -90,7 +90,12 @@ class ExecutorService:
     async def handle_task(self, msg: NatsMessage) -> None:
         """A durable task; acknowledgement is explicit (see services/executor/intake.py)."""
         assert self.intake is not None, "service not started"
-        await self.intake.handle(msg.raw_message)
+        try:
+            await self.intake.handle(msg.raw_message)
+        except Exception:
+            # FastStream's own logging is off (conductor/broker.py): unlogged here, a failing delivery is silent.
+            log.exception("durable task delivery failed; JetStream redelivers it after AckWait")
+            raise
 
 
 def create_service(env: Mapping[str, str] | None = None) -> ExecutorService:

@@ -32,6 +32,7 @@ from schemas.tasks import SUBMIT_SUBJECT, DeadLetter, TaskCheckpoint
 from services.executor.config import IntakeSettings
 from services.executor.core import Executor
 from services.executor.store import TaskStore
+from services.executor.validation import TASK_ID_RULE, bad_request, valid_task_id
 
 log = structlog.get_logger("conductor.executor.intake")
 
@@ -44,6 +45,13 @@ RELEASE_DELAY_S = 2 * PULL_EXPIRY_S
 
 def is_transient(error: ErrorInfo | None) -> bool:
     return error is not None and (error.retryable or error.code in TRANSIENT_CODES)
+
+
+def fallback_task_id(msg: Msg) -> str:
+    """The id of a task whose request names none (or none usable): its ``Nats-Msg-Id`` when that makes a valid
+    key, else its stream sequence."""
+    msg_id = (msg.headers or {}).get("Nats-Msg-Id")
+    return msg_id if msg_id and valid_task_id(msg_id) else f"seq-{msg.metadata.sequence.stream}"
 
 
 def backoff_s(delivered: int, settings: IntakeSettings) -> float:
@@ -60,11 +68,16 @@ class Intake:
         delivered = msg.metadata.num_delivered
         if delivered > 1:
             metrics.REDELIVERIES.inc()
-        fallback_id = (msg.headers or {}).get("Nats-Msg-Id") or f"seq-{msg.metadata.sequence.stream}"
+        fallback_id = fallback_task_id(msg)
         try:
             req = decode(msg.data, SolveRequest, max_bytes=self.settings.max_payload_bytes)
         except WireError as exc:
             await self._finish(msg, SolveResult(task_id=fallback_id, error=exc.info), counted=True)
+            return
+        if req.task_id is not None and not valid_task_id(req.task_id):
+            # Results and checkpoints are keyed by task id: an unusable one is answered under the message's id.
+            error = bad_request(TASK_ID_RULE, "task_id")
+            await self._finish(msg, SolveResult(task_id=fallback_id, error=error), counted=True)
             return
         task_id = req.task_id or fallback_id
         req = msgspec.structs.replace(req, task_id=task_id)
@@ -90,7 +103,7 @@ class Intake:
     async def _run(self, msg: Msg, req: SolveRequest, resume: TaskCheckpoint | None) -> SolveResult:
         heartbeat = asyncio.create_task(self._keep_alive(msg))
         try:
-            return await self.executor.solve(req, resume=resume, checkpoint=self.store.save_checkpoint)
+            return await self.executor.solve(req, resume=resume, checkpoint=self.store.save_checkpoint, durable=True)
         except asyncio.CancelledError:
             # Shutdown outlasted the drain timeout: hand the task back now (it resumes from its last checkpoint
             # on any replica) rather than leaving it to AckWait.

@@ -7,6 +7,8 @@ from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import SolveRequest
 from services.executor.config import ExecutorSettings
 
+TASK_ID_RULE = "task_id must be 1-128 ASCII letters, digits, '-', '_' or '.' (no '..', no '.' at either end)"
+
 
 def bad_request(message: str, field: str) -> ErrorInfo:
     return ErrorInfo(code=ErrorCode.BAD_REQUEST, message=message, field=field)
@@ -18,8 +20,8 @@ def validate(req: SolveRequest, pool: Pool, settings: ExecutorSettings) -> Error
         return bad_request("question must not be empty", "question")
     if len(req.question) > settings.max_question_chars:
         return bad_request(f"question exceeds {settings.max_question_chars} characters", "question")
-    if req.task_id is not None and not _valid_task_id(req.task_id):
-        return bad_request("task_id must be 1-128 characters of letters, digits, '-', '_' or '.'", "task_id")
+    if req.task_id is not None and not valid_task_id(req.task_id):
+        return bad_request(TASK_ID_RULE, "task_id")
     if req.pool is not None:
         if not req.pool:
             return bad_request("pool must name at least one worker", "pool")
@@ -41,6 +43,13 @@ def validate(req: SolveRequest, pool: Pool, settings: ExecutorSettings) -> Error
     return None
 
 
-def _valid_task_id(task_id: str) -> bool:
-    # task ids become NATS subject tokens and KV keys: keep them to a safe alphabet
-    return 0 < len(task_id) <= 128 and all(c.isalnum() or c in "-_." for c in task_id) and ".." not in task_id
+def valid_task_id(task_id: str) -> bool:
+    """Task ids become NATS subject tokens and KV keys: ASCII letters, digits and ``-_.`` only (``str.isalnum``
+    alone would let through letters like ``é`` that a KV key refuses)."""
+    return (
+        0 < len(task_id) <= 128
+        and all((c.isascii() and c.isalnum()) or c in "-_." for c in task_id)
+        and ".." not in task_id
+        and not task_id.startswith(".")
+        and not task_id.endswith(".")
+    )
