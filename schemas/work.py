@@ -29,6 +29,10 @@ class WorkRequest(msgspec.Struct, frozen=True, kw_only=True):
     temperature: float | None = None
     timeout_s: float | None = None
     cache: bool = False  # opt in to the content-addressed worker-call cache
+    # Set by the executor for durable tasks, which can be redelivered after a crash: the worker-adapter then keys
+    # the call by (task_id, round, step) so a finished call is replayed, never paid twice. Request/reply solves are
+    # never redelivered and skip that bookkeeping (two KV round trips per call).
+    idempotent: bool = False
 
 
 class WorkReply(msgspec.Struct, frozen=True, kw_only=True):

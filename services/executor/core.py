@@ -131,9 +131,11 @@ class Executor:
         *,
         resume: TaskCheckpoint | None = None,
         checkpoint: Checkpointer | None = None,
+        durable: bool = False,
     ) -> SolveResult:
         """Run a task to its result. ``resume`` continues a checkpointed task; ``checkpoint`` is called with the
-        task's state after every plan and every finished step (serialised, never concurrently)."""
+        task's state after every plan and every finished step (serialised, never concurrently). ``durable`` marks a
+        task that can be redelivered, so its worker calls are made idempotent by (task, round, step)."""
         started = time.monotonic()
         task_id = req.task_id or (resume.task_id if resume else None) or uuid.uuid4().hex
         error = validate(req, self.pool, self.settings)
@@ -141,7 +143,7 @@ class Executor:
             return SolveResult(task_id=task_id, error=error)
         state = TaskState.resume(resume) if resume is not None else TaskState(task_id, req)
         with structlog.contextvars.bound_contextvars(task_id=task_id):
-            result = await _TaskRun(self, state, checkpoint).run()
+            result = await _TaskRun(self, state, checkpoint, durable=durable).run()
         result = msgspec.structs.replace(result, latency_s=time.monotonic() - started + state.wall_offset_s)
         await self.progress(ProgressEvent(task_id=task_id, kind="done", error=result.error))
         return result
@@ -157,8 +159,9 @@ class Executor:
 class _TaskRun:
     """One delivery of one task."""
 
-    def __init__(self, ex: Executor, state: TaskState, checkpoint: Checkpointer | None) -> None:
+    def __init__(self, ex: Executor, state: TaskState, checkpoint: Checkpointer | None, *, durable: bool) -> None:
         self.ex = ex
+        self.durable = durable
         self.state = state
         self.req = state.request
         self.workers = ex.pool.subset(self.req.pool)
@@ -305,6 +308,7 @@ class _TaskRun:
                 round=rnd,
                 step=i,
                 cache=self.req.cache,
+                idempotent=self.durable,
             ),
             timeout=timeout,
         )

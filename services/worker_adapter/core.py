@@ -141,7 +141,7 @@ class WorkerAdapter:
     async def _call(self, spec: WorkerSpec, req: WorkRequest, params: CallParams) -> WorkReply:
         """Through the ledger when the call has an identity (a task id) and replicas share one."""
         ledger = self._shared.ledger
-        if ledger is None or not req.task_id:
+        if ledger is None or not req.task_id or not req.idempotent:
             return await self._fresh(spec, req, params, None)
         digest = call_digest(spec, params, req.messages)
         return await ledger.run(req, digest, lambda: self._fresh(spec, req, params, digest))
