@@ -20,6 +20,9 @@ from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import SolveRequest, SolveResult
 from schemas.work import WorkReply, WorkRequest
 from tests.conductor.scrape import delta, parse, scrape
+from tests.executor.test_durable import FlakyPlanner
+from tests.executor.test_durable import _settings as durable_settings
+from tests.executor.test_durable import _start as start_executor
 
 pytestmark = pytest.mark.nats
 
@@ -94,3 +97,21 @@ def test_worker_reply_accounting_keeps_labels_bounded():
     assert delta(before, after, "conductor_cache_misses_total", worker="sim-math") == 0
     assert delta(before, after, "conductor_bad_requests_total", subject="s") == 1
     assert "x" * 50 not in text
+
+
+async def test_durable_redeliveries_and_dead_letters_are_counted(nats_url, subject_prefix):
+    """Three deliveries of a task whose planner stays down: two redeliveries, one dead letter, one task."""
+    settings = durable_settings(nats_url, subject_prefix, max_deliver=3)
+    _svc, broker = await start_executor(settings, FlakyPlanner(failures=100))
+    before = parse(metrics.exposition().decode())
+    try:
+        async with ConductorClient(settings.common) as client:
+            await client.submit(SolveRequest(question="Q?", task_id="dead-m"))
+            res = await client.result("dead-m", wait=15)
+    finally:
+        await broker.stop()
+    after = parse(metrics.exposition().decode())
+    assert res.error.code == ErrorCode.UNAVAILABLE
+    assert delta(before, after, "conductor_redeliveries_total") == 2
+    assert delta(before, after, "conductor_dead_letters_total") == 1
+    assert delta(before, after, "conductor_tasks_total", outcome="unavailable") == 1
