@@ -12,20 +12,26 @@ had not recorded. That call may have finished, or still be running on some repli
    ``Running`` -> watch the key until ``Finished`` (replay), deleted (try again) or the lease passes unrenewed
    (a crashed owner: take the claim over by compare-and-set, so exactly one waiter re-runs it).
 
-``digest`` (cache.py's call digest) guards against a caller reusing (task, round, step) for a different call: a
-mismatch is logged and called without the ledger, as is every call while the bucket does not answer (fail open:
-a JetStream outage must not stop calls, it only suspends the guarantee). Replayed usage is the original's: the executor never counted it
-(it crashed before checkpointing it), so counting it now is counting it once.
+4. Our own ``Running`` claim that this process is neither running nor settling is an orphan (its ``create`` landed
+   but the acknowledgement was lost in a reconnect): taken over at once instead of after the lease.
 
-Costs: one KV round trip (the ``create``) before the call; the final write goes behind the reply. Limits: leases use
-wall clocks, so replicas' clocks must agree to well within ``grace_s``; a replica that dies after replying but
-before its final write lands leaves a claim that a later duplicate re-runs once its lease lapses.
+``digest`` (cache.py's call digest) guards against a caller reusing (task, round, step) for a different call: a
+mismatch is logged and called without the ledger. When the bucket does not answer (JetStream down or restarting),
+the request fails fast with a retryable ``unavailable`` error and no provider call: calling anyway would pay twice
+once the executor retries, and the reply could not travel back over a broken connection anyway. Replayed usage is
+the original's: the executor never counted it (it crashed before checkpointing it), so counting it once is right.
+
+Costs: one KV round trip (the ``create``) before the call; the final write goes behind the reply and is retried
+through short outages for ``settle_s``. Limits: leases use wall clocks, so replicas' clocks must agree to well
+within ``grace_s``; a replica that dies after replying but before its final write lands leaves a claim that a later
+duplicate re-runs once its lease lapses; an outage longer than the lease can let a waiter take over a live call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable
 
@@ -35,6 +41,7 @@ import nats.js.errors as js_errors
 import structlog
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from schemas.errors import ErrorCode, ErrorInfo
 from schemas.work import WorkReply, WorkRequest
 from services.worker_adapter.stats import CallStats
 from services.worker_adapter.store import kv_token
@@ -82,7 +89,7 @@ class Replay(msgspec.Struct, frozen=True):
 
 
 class Bypass(msgspec.Struct, frozen=True):
-    """Call without the ledger; ``reason`` is logged."""
+    """Call without the ledger (the key was used for a different call); ``reason`` is logged."""
 
     reason: str
 
@@ -93,6 +100,15 @@ Compute = Callable[[], Awaitable[WorkReply]]
 
 def call_key(req: WorkRequest) -> str:
     return f"{kv_token(req.task_id)}.{req.round}.{req.step}"
+
+
+def unavailable(worker: str, exc: Exception) -> WorkReply:
+    error = ErrorInfo(
+        code=ErrorCode.UNAVAILABLE,
+        message=f"the call ledger (NATS KV) did not answer, so the call was not made: {exc!r}",
+        retryable=True,
+    )
+    return WorkReply(worker=worker, attempts=0, error=error)
 
 
 class _Lease:
@@ -113,6 +129,7 @@ class CallLedger:
         writes: WriteBehind,
         lease_s: float = 15.0,
         grace_s: float = 1.0,
+        settle_s: float = 30.0,
     ) -> None:
         self._kv = kv
         self._owner = owner
@@ -120,7 +137,9 @@ class CallLedger:
         self._writes = writes
         self.lease_s = lease_s
         self.grace_s = grace_s
+        self.settle_s = settle_s
         self._inflight: dict[str, asyncio.Future[WorkReply | None]] = {}
+        self._unsettled: set[str] = set()  # keys whose final write is still on its way
 
     async def run(self, req: WorkRequest, digest: str, compute: Compute) -> WorkReply:
         """The reply for this (task, round, step): a stored one, a running one's, or ``compute()``'s."""
@@ -136,17 +155,18 @@ class CallLedger:
         self._inflight[key] = future
         reply = None
         try:
-            reply = await self._run(key, digest, compute)
+            reply = await self._run(key, req.worker, digest, compute)
             return reply
         finally:
             del self._inflight[key]
             future.set_result(reply)
 
-    async def _run(self, key: str, digest: str, compute: Compute) -> WorkReply:
+    async def _run(self, key: str, worker: str, digest: str, compute: Compute) -> WorkReply:
         try:
             claim = await self._claim(key, digest)
         except nats.errors.Error as exc:
-            claim = Bypass(f"call ledger unavailable: {exc!r}")
+            log.warning("call ledger unavailable; not calling", key=key, error=repr(exc))
+            return unavailable(worker, exc)
         match claim:
             case Replay(reply=reply, waited=waited):
                 self._stats.replays += 1
@@ -181,6 +201,10 @@ class CallLedger:
                 return Bypass("this (task, round, step) was used for a different call")
             if isinstance(record, Finished):
                 return Replay(record.reply, waited)
+            if record.owner == self._owner and key not in self._unsettled:
+                if (taken := await self._take_over(key, digest, entry.revision)) is not None:
+                    return taken  # our orphan: run() holds this key's future, so nobody here runs it
+                continue
             waited = True
             outcome = await self._wait(key, entry.revision, record)
             if isinstance(outcome, Finished):
@@ -210,9 +234,8 @@ class CallLedger:
                 record = update  # renewed, or taken over by another waiter
             return revision
         finally:
-            with contextlib.suppress(
-                nats.errors.ConnectionClosedError
-            ):  # closing ended the subscription already
+            # a closed connection has ended the subscription already
+            with contextlib.suppress(nats.errors.ConnectionClosedError):
                 await watcher.stop()
 
     async def _take_over(self, key: str, digest: str, revision: int) -> Owned | None:
@@ -242,10 +265,33 @@ class CallLedger:
         Behind the reply (see writebehind.py): a duplicate arriving first sees our live claim and waits for this.
         """
         if reply is not None and reply.error is None:
-            done = Finished(digest=digest, reply=reply, finished_at=time.time())
-            self._writes.spawn(self._kv.put(key, msgspec.json.encode(done)), what="ledger finish")
+            done = msgspec.json.encode(Finished(digest=digest, reply=reply, finished_at=time.time()))
+            write: Callable[[], Awaitable[object]] = functools.partial(self._kv.put, key, done)
         elif not lease.lost:
-            self._writes.spawn(self._release(key, lease.revision), what="ledger release")
+            write = functools.partial(self._release, key, lease.revision)
+        else:
+            return
+        self._unsettled.add(key)
+        self._writes.spawn(self._persist(key, write), what="ledger settle")
+
+    async def _persist(self, key: str, write: Callable[[], Awaitable[object]]) -> None:
+        """Retry the final write through a short outage (a nats-server restart): a lost ``Finished`` would make a
+        duplicate re-run the call once the lease lapses. Both writes are idempotent, so a retry after a lost
+        acknowledgement is harmless."""
+        delay, deadline = 0.2, time.monotonic() + self.settle_s
+        try:
+            while True:
+                try:
+                    await write()
+                    return
+                except nats.errors.Error as exc:
+                    if time.monotonic() + delay > deadline:
+                        raise
+                    log.info("retrying a call-record write", key=key, error=repr(exc))
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+        finally:
+            self._unsettled.discard(key)
 
     async def _release(self, key: str, revision: int) -> None:
         try:

@@ -503,9 +503,8 @@ class SharedLimits:
                 if st.slots > st.busy + st.demand:
                     self._give_back(st)
         finally:
-            with contextlib.suppress(
-                nats.errors.ConnectionClosedError
-            ):  # closing ended the subscription already
+            # a closed connection has ended the subscription already
+            with contextlib.suppress(nats.errors.ConnectionClosedError):
                 await watcher.stop()
 
     async def _heartbeat(self) -> None:

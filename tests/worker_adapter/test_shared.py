@@ -15,9 +15,11 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 import msgspec
 import nats
 import pytest
+from nats.aio.client import Client
 
 from conductor.natsserver import NatsServer, find_binary, free_port, reachable
 from conductor.pool import Pool, WorkerSpec
+from schemas.errors import ErrorCode
 from schemas.work import ChatMessage, WorkReply, WorkRequest
 from services.worker_adapter.cache import call_digest
 from services.worker_adapter.config import SharedSettings
@@ -79,6 +81,7 @@ class Counting:
 class Replica(msgspec.Struct):
     adapter: WorkerAdapter
     shared: Shared
+    nc: Client
 
 
 def _pool(**spec: object) -> Pool:
@@ -112,8 +115,14 @@ async def replicas(
             stack.push_async_callback(nc.close)
             shared = await open_shared(nc, prefix, pool, settings, owner=f"r{i}", window_s=window_s)
             stack.push_async_callback(shared.aclose)
-            out.append(Replica(WorkerAdapter(pool, {"openai": provider}, retry=FAST, shared=shared), shared))
+            out.append(
+                Replica(WorkerAdapter(pool, {"openai": provider}, retry=FAST, shared=shared), shared, nc)
+            )
         yield out
+
+
+async def _kv_of(replica: Replica, bucket: str):
+    return replica.nc, await replica.nc.jetstream().key_value(bucket)
 
 
 async def _kv(url: str, bucket: str):
@@ -122,7 +131,7 @@ async def _kv(url: str, bucket: str):
 
 
 def _req(**fields: object) -> WorkRequest:
-    return WorkRequest(**{"worker": "w", "messages": HELLO, **fields})  # type: ignore[arg-type]
+    return WorkRequest(**{"worker": "w", "messages": HELLO, "idempotent": True, **fields})  # type: ignore[arg-type]
 
 
 async def test_a_duplicate_waits_for_the_call_in_flight_on_another_replica(nats_url, subject_prefix):
@@ -200,6 +209,33 @@ async def test_a_long_call_keeps_its_claim(nats_url, subject_prefix):
         second = await b.adapter.call(req)
         assert provider.calls == 1 and second.replayed and second.text == (await first).text
         assert b.adapter.stats().takeovers == 0
+
+
+async def test_our_own_orphaned_claim_is_taken_over_at_once(nats_url, subject_prefix):
+    """A claim whose ``create`` landed but whose acknowledgement was lost (a reconnect): same owner, not running."""
+    provider = Counting()
+    pool = _pool()
+    req = _req(task_id="t-orphan")
+    spec = pool.workers[0]
+    digest = call_digest(spec, call_params(spec, req), req.messages)
+    async with replicas(nats_url, subject_prefix, provider, pool, n=1) as (b,):
+        _, kv = await _kv_of(b, Buckets.for_prefix(subject_prefix).calls)
+        now = time.time()
+        mine = Running(owner="r0", digest=digest, started_at=now, lease_until=now + 60)
+        await kv.create(call_key(req), msgspec.json.encode(mine))
+        start = time.monotonic()
+        reply = await b.adapter.call(req)
+        assert reply.error is None and time.monotonic() - start < 0.5 and provider.calls == 1
+
+
+async def test_without_the_ledger_nothing_is_called(nats_url, subject_prefix):
+    """JetStream gone: a retryable ``unavailable`` at once, no provider call (the executor's retry is safe)."""
+    provider = Counting()
+    async with replicas(nats_url, subject_prefix, provider, _pool(), n=1) as (b,):
+        await b.nc.close()
+        reply = await b.adapter.call(_req(task_id="t-down"))
+        assert reply.error is not None and reply.error.code == ErrorCode.UNAVAILABLE and reply.error.retryable
+        assert provider.calls == 0
 
 
 async def test_the_same_key_for_a_different_call_is_not_replayed(nats_url, subject_prefix):
