@@ -33,6 +33,7 @@ async def test_chaos_smoke(tmp_path):
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(1800)
 async def test_chaos_full(tmp_path):
     report = await run_chaos(tmp_path, tasks=2000, executor_kills=3, nats_restarts=1, fault_rate=0.3, timeout_s=1200)
     print(report)
