@@ -57,7 +57,7 @@ def pool_file(tmp: Path, port: int) -> Path:
             'model = "fault"',
             f'base_url = "http://127.0.0.1:{port}/v1"',
             f'description = "worker {i}"',
-            "timeout_s = 1.0",
+            "timeout_s = 2.5",  # above a loaded machine's answer time: a late answer would be paid twice
             "max_retries = 10",
             "concurrency = 512",
             "price_in_per_mtok = 1.0",
@@ -167,6 +167,7 @@ async def run_chaos(
         "CONDUCTOR_BACKOFF_BASE_S": "0.2",
         "CONDUCTOR_MAX_DELIVER": "20",
         "CONDUCTOR_DRAIN_TIMEOUT_S": "5",
+        "CONDUCTOR_WORK_TIMEOUT_S": "20",  # a request lost in the NATS restart is retried soon, not after 900 s
     }
     helpers_port, executor_port = free_port(), free_port()
     helpers = Service(
