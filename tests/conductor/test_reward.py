@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from conductor.reward import pass_fraction, reward
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.verify import Outcome, Verdict
-from conductor.reward import pass_fraction, reward
 
 
 def verdict(outcome: Outcome, passed: int | None = None, total: int | None = None) -> Verdict:
