@@ -129,7 +129,7 @@ async def _count_results(js, names: Names) -> dict[str, SolveResult]:
 async def _results_so_far(url: str, names: Names) -> int:
     try:
         nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0)
-    except Exception:
+    except Exception:  # the server may be restarting; progress is polled again
         return -1
     try:
         kv = await nc.jetstream().key_value(names.results_bucket)
