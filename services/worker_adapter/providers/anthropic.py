@@ -21,7 +21,6 @@ import anthropic
 
 from conductor.pool import WorkerSpec
 from schemas.work import ChatMessage
-from services.worker_adapter.config import key_env
 from services.worker_adapter.provider import (
     CallParams,
     Completion,
@@ -29,6 +28,7 @@ from services.worker_adapter.provider import (
     TransientProviderError,
     classify_status,
 )
+from services.worker_adapter.providers.clients import ClientCache
 
 
 def request_body(spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams) -> dict[str, Any]:
@@ -52,20 +52,14 @@ class AnthropicProvider:
     """One ``AsyncAnthropic`` client per (base URL, key variable), created on first use and closed in ``aclose``."""
 
     def __init__(self, keys: Mapping[str, str]) -> None:
-        self._keys = keys
-        self._clients: dict[tuple[str | None, str | None], anthropic.AsyncAnthropic] = {}
+        self._clients: ClientCache[anthropic.AsyncAnthropic] = ClientCache(
+            keys,
+            lambda key, spec: anthropic.AsyncAnthropic(api_key=key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s),
+            keyless=None,
+        )
 
     def _client(self, spec: WorkerSpec) -> anthropic.AsyncAnthropic:
-        env = key_env(spec)
-        key = self._keys.get(env) if env else None
-        if key is None:
-            raise PermanentProviderError(f"worker {spec.name!r}: environment variable {env} is not set")
-        slot = (spec.base_url, env)
-        if slot not in self._clients:
-            self._clients[slot] = anthropic.AsyncAnthropic(
-                api_key=key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s
-            )
-        return self._clients[slot]
+        return self._clients.get(spec)
 
     async def complete(
         self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
@@ -95,6 +89,4 @@ class AnthropicProvider:
         )
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.close()
+        await self._clients.aclose()

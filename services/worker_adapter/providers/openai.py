@@ -22,7 +22,6 @@ import structlog
 
 from conductor.pool import WorkerSpec
 from schemas.work import ChatMessage
-from services.worker_adapter.config import key_env
 from services.worker_adapter.provider import (
     CallParams,
     Completion,
@@ -30,6 +29,7 @@ from services.worker_adapter.provider import (
     TransientProviderError,
     classify_status,
 )
+from services.worker_adapter.providers.clients import ClientCache
 
 log = structlog.get_logger("conductor.worker_adapter.openai")
 
@@ -76,20 +76,14 @@ class OpenAIProvider:
     """One ``AsyncOpenAI`` client per (base URL, key variable), created on first use and closed in ``aclose``."""
 
     def __init__(self, keys: Mapping[str, str]) -> None:
-        self._keys = keys
-        self._clients: dict[tuple[str | None, str | None], openai.AsyncOpenAI] = {}
+        self._clients: ClientCache[openai.AsyncOpenAI] = ClientCache(
+            keys,
+            lambda key, spec: openai.AsyncOpenAI(api_key=key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s),
+            keyless=KEYLESS,
+        )
 
     def _client(self, spec: WorkerSpec) -> openai.AsyncOpenAI:
-        env = key_env(spec)
-        key = self._keys.get(env) if env else KEYLESS
-        if key is None:
-            raise PermanentProviderError(f"worker {spec.name!r}: environment variable {env} is not set")
-        slot = (spec.base_url, env)
-        if slot not in self._clients:
-            self._clients[slot] = openai.AsyncOpenAI(
-                api_key=key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s
-            )
-        return self._clients[slot]
+        return self._clients.get(spec)
 
     async def complete(
         self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
@@ -124,6 +118,4 @@ class OpenAIProvider:
         return Completion(text=text, input_tokens=n_in, output_tokens=n_out, model=resp.model or spec.model)
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.close()
+        await self._clients.aclose()
