@@ -16,6 +16,7 @@ from faststream.specification import AsyncAPI
 from conductor import __version__
 from conductor.broker import make_broker
 from conductor.runtime import SERVICES, create_services
+from conductor.service import full_router
 from conductor.settings import CommonSettings
 from schemas import SCHEMA_VERSION
 from schemas.plan import PlanReply, PlanRequest
@@ -52,7 +53,7 @@ def asyncapi_document() -> dict[str, Any]:
     settings = CommonSettings()
     broker = make_broker(settings, name="asyncapi")
     for svc in create_services(list(SERVICES), {}):
-        broker.include_router(svc.router)
+        broker.include_router(full_router(svc))
     doc: dict[str, Any] = AsyncAPI(
         broker, title="Conductor", version=__version__, description=DESCRIPTION
     ).to_specification().to_jsonable()

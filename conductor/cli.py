@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import sys
+from typing import TextIO
 
 import msgspec
 from rich.console import Console
@@ -42,9 +43,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)  # `kill -USR1 PID`: where is everything waiting?
         services = create_services(names, env)
         async with running(services, settings, name="+".join(names), strict_metrics_port=port_chosen):
-            print(f"serving {', '.join(names)} on {settings.nats_url}; Ctrl-C to stop", file=sys.stderr, flush=True)
+            print(
+                f"serving {', '.join(names)} on {settings.nats_url}; Ctrl-C to stop",
+                file=sys.stderr,
+                flush=True,
+            )
             await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
 
     try:
@@ -53,6 +59,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
     return 0
+
+
+def dump_tasks(file: TextIO | None = None) -> int:
+    """Print every asyncio task's coroutine stack to stderr (a hung call shows where it waits); returns the count."""
+    out = file or sys.stderr
+    tasks = asyncio.all_tasks()
+    print(f"--- {len(tasks)} asyncio tasks ---", file=out)
+    for task in tasks:
+        print(f"task {task.get_name()}: {task.get_coro()!r}", file=out)
+        task.print_stack(limit=25, file=out)
+    print("--- end of tasks ---", file=out, flush=True)
+    return len(tasks)
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from faststream.nats import NatsBroker
 
 from conductor.broker import make_broker
+from conductor.endpoints import EndpointServer
 from conductor.logging import configure_logging, get_logger
 from conductor.probes import ProbeServer
 from conductor.service import Service
@@ -61,21 +62,34 @@ async def running(
     started: list[Service] = []
     accepting = False
     connection = await broker.connect()
+    servers = [
+        EndpointServer(
+            connection,
+            svc.endpoints,
+            concurrency=settings.handler_concurrency,
+            drain_timeout_s=settings.drain_timeout_s,
+        )
+        for svc in services
+    ]
     probes: ProbeServer | None = None
     try:
-        probes = await _start_probes(settings, lambda: accepting and connection.is_connected, strict_metrics_port)
+        probes = await _start_probes(
+            settings, lambda: accepting and connection.is_connected, strict_metrics_port
+        )
         for svc in services:
             await svc.start(broker)
             started.append(svc)
         # Subscribers start last: a queued durable task is fetched at once, and its worker calls must find every
         # service of this process ready (a handler of a service not started yet cannot answer).
         await broker.start()
+        for server in servers:
+            await server.start()
         accepting = True
         log.info("services started", services=[s.name for s in services], nats=settings.nats_url)
         yield broker
     finally:
         accepting = False
-        await drain(services)
+        await drain(services, servers)
         for svc in reversed(started):  # before the connection closes: services may flush state to NATS
             await svc.stop()
         await broker.stop()
@@ -84,19 +98,21 @@ async def running(
         log.info("services stopped", services=[s.name for s in started])
 
 
-async def drain(services: Sequence[Service]) -> None:
+async def drain(services: Sequence[Service], servers: Sequence[EndpointServer]) -> None:
     """Stop taking messages service by service, in the order given (upstream first: ``SERVICES`` lists the
-    executor first), each service's subscribers at once, each waiting up to the drain timeout for its in-flight
-    handlers.
+    executor first), each service's endpoints and subscribers at once, each waiting up to the drain timeout for its
+    in-flight handlers.
 
     FastStream's ``broker.stop()`` stops every subscriber at once; in one process (`serve all`) the worker adapter
     would then unsubscribe while the executor still waits on its calls, failing tasks that could have finished.
     """
-    for svc in services:
-        await asyncio.gather(*(sub.stop() for sub in svc.router.subscribers))
+    for svc, server in zip(services, servers, strict=True):
+        await asyncio.gather(server.stop(), *(sub.stop() for sub in svc.router.subscribers))
 
 
-async def _start_probes(settings: CommonSettings, ready: Callable[[], bool], strict: bool) -> ProbeServer | None:
+async def _start_probes(
+    settings: CommonSettings, ready: Callable[[], bool], strict: bool
+) -> ProbeServer | None:
     if settings.metrics_port is None:
         return None
     probes = ProbeServer(settings.metrics_host, settings.metrics_port, ready, strict=strict)

@@ -1,25 +1,29 @@
 """The shape every service shares, so one process can run one service (`serve planner`) or all five (`serve all`).
 
-A service is a ``NatsRouter`` with its subscribers plus ``start``/``stop`` hooks for its resources (HTTP clients,
-process pools, models). ``conductor.runtime.running`` includes the routers of the requested services into one
-broker.
+A service has request/reply ``endpoints`` (``conductor.endpoints``: subject, queue group named after the service so
+replicas share the load, handler), a ``NatsRouter`` for subscribers FastStream serves itself (the durable JetStream
+intake; empty for most services), and ``start``/``stop`` hooks for its resources (HTTP clients, process pools,
+models). ``conductor.runtime.running`` serves the endpoints of the requested services on one connection and
+includes their routers into one broker.
 
-Handlers follow one pattern (see any ``services/*/app.py``): take the raw message, decode through
+Handlers follow one pattern (see any ``services/*/app.py``): take the payload bytes, decode through
 ``conductor.wire.decode`` (bad input -> typed error reply naming the field), call the pure core, return
-``conductor.wire.encode(reply)``. Subscribers on request/reply subjects use a queue group named after the service,
-so replicas share the load, and pass ``max_workers=settings.handler_concurrency``: FastStream's NATS subscribers
-otherwise handle one message at a time.
+``conductor.wire.encode(reply)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from faststream.nats import NatsBroker, NatsRouter
 
+from conductor.endpoints import Endpoint, faststream_router
+
 
 class Service(Protocol):
     name: str
+    endpoints: Sequence[Endpoint]
     router: NatsRouter
 
     async def start(self, broker: NatsBroker) -> None:
@@ -27,3 +31,11 @@ class Service(Protocol):
 
     async def stop(self) -> None:
         """Release resources; called after subscribers stopped taking messages."""
+
+
+def full_router(svc: Service, *, max_workers: int = 1024) -> NatsRouter:
+    """Everything a service answers as one FastStream router: its endpoints and its own subscribers. For the
+    AsyncAPI document and FastStream's in-memory test broker; production serves endpoints with ``EndpointServer``."""
+    router = faststream_router(svc.endpoints, max_workers=max_workers)
+    router.include_router(svc.router)
+    return router

@@ -11,6 +11,7 @@ from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage, Na
 from nats.js.api import RetentionPolicy, StorageType
 
 from conductor import metrics
+from conductor.endpoints import Endpoint
 from conductor.pool import Pool, load_pool
 from conductor.wire import WireError, decode, encode
 from schemas.solve import SOLVE_SUBJECT, SolveRequest, SolveResult
@@ -27,7 +28,9 @@ log = structlog.get_logger("conductor.executor")
 class ExecutorService:
     name = "executor"
 
-    def __init__(self, settings: ExecutorSettings, pool: Pool | None = None, transport: Transport | None = None):
+    def __init__(
+        self, settings: ExecutorSettings, pool: Pool | None = None, transport: Transport | None = None
+    ):
         self.settings = settings
         self.pool = pool or load_pool(settings.common.pool_file)
         self.names = Names.for_prefix(settings.common.subject_prefix)
@@ -37,9 +40,15 @@ class ExecutorService:
         self.intake: Intake | None = None
         self.router = NatsRouter()
         common = settings.common
-        self.router.subscriber(
-            common.subject(SOLVE_SUBJECT), queue="executor", title="solve", max_workers=common.handler_concurrency
-        )(self.handle_solve)
+        self.endpoints = [
+            Endpoint(
+                common.subject(SOLVE_SUBJECT),
+                queue="executor",
+                title="solve",
+                handler=self.handle_solve,
+                on_error=lambda info: encode(SolveResult(task_id="", error=info)),
+            )
+        ]
         if settings.durable:
             self.router.subscriber(
                 self.names.submit_subject,
@@ -52,7 +61,9 @@ class ExecutorService:
                 ),
                 durable="executor",
                 pull_sub=PullSub(batch_size=64, timeout=PULL_EXPIRY_S),
-                config=ConsumerConfig(ack_wait=settings.intake.ack_wait_s, max_deliver=settings.intake.max_deliver),
+                config=ConsumerConfig(
+                    ack_wait=settings.intake.ack_wait_s, max_deliver=settings.intake.max_deliver
+                ),
                 ack_policy=AckPolicy.MANUAL,
                 max_workers=common.handler_concurrency,
                 title="tasks",
@@ -69,11 +80,11 @@ class ExecutorService:
     async def stop(self) -> None:
         self.executor = self.intake = self.store = None
 
-    async def handle_solve(self, msg: NatsMessage) -> bytes:
+    async def handle_solve(self, body: bytes) -> bytes:
         """JSON ``SolveRequest`` in, JSON ``SolveResult`` out; bad input is a typed error naming the field."""
         assert self.executor is not None, "service not started"
         try:
-            req = decode(msg.body, SolveRequest, max_bytes=self.settings.common.max_payload_bytes)
+            req = decode(body, SolveRequest, max_bytes=self.settings.common.max_payload_bytes)
         except WireError as exc:
             log.info("rejected solve request", error=exc.info.message, field=exc.info.field)
             result = SolveResult(task_id="", error=exc.info)

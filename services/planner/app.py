@@ -6,9 +6,10 @@ import time
 from collections.abc import Mapping
 
 import structlog
-from faststream.nats import NatsBroker, NatsMessage, NatsRouter
+from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
+from conductor.endpoints import Endpoint
 from conductor.wire import WireError, decode, encode
 from schemas.plan import PLAN_SUBJECT, PlanReply, PlanRequest
 from services.planner.config import PlannerSettings, build_policy
@@ -29,12 +30,15 @@ class PlannerService:
         self._policy = policy
         self.planner = Planner(settings, policy)
         self.router = NatsRouter()
-        self.router.subscriber(
-            settings.common.subject(PLAN_SUBJECT),
-            queue="planner",
-            title="plan",
-            max_workers=settings.common.handler_concurrency,
-        )(self.handle_plan)
+        self.endpoints = [
+            Endpoint(
+                settings.common.subject(PLAN_SUBJECT),
+                queue="planner",
+                title="plan",
+                handler=self.handle_plan,
+                on_error=lambda info: encode(PlanReply(policy="", error=info)),
+            )
+        ]
 
     async def start(self, broker: NatsBroker) -> None:
         log.info("planner ready", policy=self._policy.name if self._policy else self.settings.policy,
@@ -44,10 +48,10 @@ class PlannerService:
         if self._policy is not None:
             await self._policy.aclose()
 
-    async def handle_plan(self, msg: NatsMessage) -> bytes:
+    async def handle_plan(self, body: bytes) -> bytes:
         """JSON ``PlanRequest`` in, JSON ``PlanReply`` out; bad input is a typed error naming the field."""
         try:
-            req = decode(msg.body, PlanRequest, max_bytes=self.settings.common.max_payload_bytes)
+            req = decode(body, PlanRequest, max_bytes=self.settings.common.max_payload_bytes)
         except WireError as exc:
             log.info("rejected plan request", error=exc.info.message, field=exc.info.field)
             metrics.bad_request(PLAN_SUBJECT)

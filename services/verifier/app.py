@@ -6,9 +6,10 @@ import time
 from collections.abc import Mapping
 
 import structlog
-from faststream.nats import NatsBroker, NatsMessage, NatsRouter
+from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
+from conductor.endpoints import Endpoint
 from conductor.wire import WireError, decode, encode
 from schemas.verify import VERIFY_SUBJECT, Outcome, VerifyBatch, VerifyBatchResult
 from services.verifier.config import Settings
@@ -25,13 +26,15 @@ class VerifierService:
         self._given = verifier  # tests share one warm verifier; the service then neither starts nor stops it
         self.verifier: Verifier | None = None
         self.router = NatsRouter()
-        common = settings.common
-        self.router.subscriber(
-            common.subject(VERIFY_SUBJECT),
-            queue="verifier",
-            title="verify",
-            max_workers=common.handler_concurrency,
-        )(self.handle_verify)
+        self.endpoints = [
+            Endpoint(
+                settings.common.subject(VERIFY_SUBJECT),
+                queue="verifier",
+                title="verify",
+                handler=self.handle_verify,
+                on_error=lambda info: encode(VerifyBatchResult(error=info)),
+            )
+        ]
 
     async def start(self, broker: NatsBroker) -> None:
         if self._given is not None:
@@ -48,11 +51,11 @@ class VerifierService:
             await self.verifier.close()
         self.verifier = None
 
-    async def handle_verify(self, msg: NatsMessage) -> bytes:
+    async def handle_verify(self, body: bytes) -> bytes:
         """A bad payload is a typed error naming the field; every item otherwise gets exactly one verdict, in order."""
         assert self.verifier is not None, "service not started"
         try:
-            batch = decode(msg.body, VerifyBatch, max_bytes=self.settings.max_payload_bytes)
+            batch = decode(body, VerifyBatch, max_bytes=self.settings.max_payload_bytes)
         except WireError as exc:
             log.info("rejected verify batch", error=exc.info.message, field=exc.info.field)
             metrics.bad_request(VERIFY_SUBJECT)

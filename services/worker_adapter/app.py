@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import structlog
-from faststream.nats import NatsBroker, NatsMessage, NatsRouter
+from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
+from conductor.endpoints import Endpoint
 from conductor.pool import Pool, load_pool
 from conductor.wire import WireError, decode, encode
 from schemas.work import WORK_SUBJECT, WorkReply, WorkRequest
@@ -38,12 +39,15 @@ class WorkerAdapterService:
         self.adapter: WorkerAdapter | None = None
         self.shared: Shared | None = None
         self.router = NatsRouter()
-        self.router.subscriber(
-            settings.common.subject(WORK_SUBJECT),
-            queue="worker-adapter",
-            title="work",
-            max_workers=settings.common.handler_concurrency,
-        )(self.handle_work)
+        self.endpoints = [
+            Endpoint(
+                settings.common.subject(WORK_SUBJECT),
+                queue="worker-adapter",
+                title="work",
+                handler=self.handle_work,
+                on_error=lambda info: encode(WorkReply(worker="", error=info)),
+            )
+        ]
 
     async def start(self, broker: NatsBroker) -> None:
         if self._providers is None:
@@ -70,11 +74,11 @@ class WorkerAdapterService:
         for provider in {id(p): p for p in (self._providers or {}).values()}.values():
             await provider.aclose()
 
-    async def handle_work(self, msg: NatsMessage) -> bytes:
+    async def handle_work(self, body: bytes) -> bytes:
         """JSON ``WorkRequest`` in, JSON ``WorkReply`` out; provider failures are typed errors in the reply."""
         assert self.adapter is not None, "service not started"
         try:
-            req = decode(msg.body, WorkRequest, max_bytes=self.settings.common.max_payload_bytes)
+            req = decode(body, WorkRequest, max_bytes=self.settings.common.max_payload_bytes)
         except WireError as exc:
             log.info("rejected work request", error=exc.info.message, field=exc.info.field)
             metrics.bad_request(WORK_SUBJECT)

@@ -7,6 +7,7 @@ import pytest
 from faststream.nats import TestNatsBroker
 
 from conductor.broker import make_broker
+from conductor.service import full_router
 from conductor.settings import CommonSettings
 from schemas.errors import ErrorCode
 from schemas.plan import Workflow
@@ -37,7 +38,7 @@ def _service(
         transport=ScriptedTransport([Workflow(model_id=[0], subtasks=["go"], access_list=[[]])] * 50),
     )
     broker = make_broker(common, name="test")
-    broker.include_router(svc.router)
+    broker.include_router(full_router(svc))
     return svc, broker
 
 

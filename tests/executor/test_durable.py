@@ -10,6 +10,7 @@ import pytest
 
 from conductor.broker import make_broker
 from conductor.client import ConductorClient, ResultNotReadyError
+from conductor.service import full_router
 from conductor.settings import CommonSettings
 from conductor.wire import encode
 from schemas.errors import ErrorCode, ErrorInfo
@@ -66,7 +67,7 @@ def _settings(url: str, prefix: str, **intake) -> ExecutorSettings:
 async def _start(settings: ExecutorSettings, transport):
     svc = ExecutorService(settings, transport=transport)
     broker = make_broker(settings.common, name="test-executor")
-    broker.include_router(svc.router)
+    broker.include_router(full_router(svc))
     await broker.start()
     await svc.start(broker)
     return svc, broker

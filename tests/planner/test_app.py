@@ -9,6 +9,7 @@ import pytest
 from faststream.nats import NatsBroker, TestNatsBroker
 
 from conductor.broker import make_broker
+from conductor.service import full_router
 from conductor.settings import CommonSettings
 from conductor.wire import encode
 from schemas.errors import ErrorCode
@@ -44,7 +45,7 @@ def _service(prefix: str, url: str = "nats://127.0.0.1:1") -> tuple[PlannerServi
     common = CommonSettings(nats_url=url, subject_prefix=prefix, max_payload_bytes=4096)
     svc = PlannerService(PlannerSettings(common=common, policy="openai:c"), policy=ScriptedPolicy([GOOD] * 5))
     broker = make_broker(common, name="test")
-    broker.include_router(svc.router)
+    broker.include_router(full_router(svc))
     return svc, broker
 
 
@@ -92,7 +93,7 @@ async def test_plan_handler_real_nats(nats_url: str, subject_prefix: str, cards)
 async def test_unconfigured_service_answers_with_the_default_baseline(subject_prefix: str, cards) -> None:
     svc = create_service({"CONDUCTOR_SUBJECT_PREFIX": subject_prefix})
     broker = make_broker(svc.settings.common, name="test")
-    broker.include_router(svc.router)
+    broker.include_router(full_router(svc))
     async with TestNatsBroker(broker) as br:
         await svc.start(broker)
         msg = await br.request(encode(request(cards)), f"{subject_prefix}{PLAN_SUBJECT}")

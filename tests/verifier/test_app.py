@@ -7,6 +7,7 @@ import pytest
 from faststream.nats import TestNatsBroker
 
 from conductor.broker import make_broker
+from conductor.service import full_router
 from conductor.settings import CommonSettings
 from conductor.wire import encode
 from schemas.errors import ErrorCode
@@ -56,7 +57,7 @@ def service(
     )
     svc = VerifierService(settings, verifier)
     broker = make_broker(settings.common, name="test")
-    broker.include_router(svc.router)
+    broker.include_router(full_router(svc))
     return svc, broker
 
 

@@ -10,6 +10,8 @@ from faststream.nats import TestNatsBroker
 
 from conductor.broker import make_broker
 from conductor.pool import load_pool
+from conductor.runtime import running
+from conductor.service import full_router
 from conductor.settings import CommonSettings
 from conductor.wire import encode
 from schemas.errors import ErrorCode
@@ -39,7 +41,7 @@ def _service(
     settings = WorkerAdapterSettings(common=common, shared=SharedSettings(enabled=shared))
     svc = WorkerAdapterService(settings, load_pool(None))
     broker = make_broker(common, name="test")
-    broker.include_router(svc.router)
+    broker.include_router(full_router(svc))
     return svc, broker
 
 
@@ -48,8 +50,7 @@ def _work(worker: str, step: int = 0) -> bytes:
     return encode(WorkRequest(worker=worker, messages=msgs, task_id="t-1", step=step))
 
 
-async def _exercise(svc: WorkerAdapterService, broker, request, prefix: str) -> None:
-    await svc.start(broker)
+async def _exercise(svc: WorkerAdapterService, request, prefix: str) -> None:
     subject = f"{prefix}{WORK_SUBJECT}"
     for payload, code, field in BAD_PAYLOADS:
         reply = msgspec.json.decode(await request(payload, subject), type=WorkReply)
@@ -61,7 +62,6 @@ async def _exercise(svc: WorkerAdapterService, broker, request, prefix: str) -> 
         reply = msgspec.json.decode(raw, type=WorkReply)
         assert reply.error is None and reply.worker == name and "Final answer: " in reply.text
         assert reply.usage.calls == 1 and reply.usage.output_tokens > 0 and reply.attempts == 1
-    await svc.stop()
 
 
 async def test_work_handler_in_memory(subject_prefix):
@@ -71,29 +71,28 @@ async def test_work_handler_in_memory(subject_prefix):
         async def request(payload: bytes, subject: str) -> bytes:
             return (await br.request(payload, subject)).body
 
-        await _exercise(svc, broker, request, subject_prefix)
+        await svc.start(broker)
+        await _exercise(svc, request, subject_prefix)
+        await svc.stop()
 
 
 @pytest.mark.nats
 async def test_work_handler_real_nats(nats_url, subject_prefix):
-    svc, broker = _service(subject_prefix, nats_url)
-    async with broker:
-        await broker.start()
+    svc, _ = _service(subject_prefix, nats_url)
+    async with running([svc], svc.settings.common, name="test") as broker:  # the production endpoint server
 
         async def request(payload: bytes, subject: str) -> bytes:
             return (await broker.request(payload, subject, timeout=10)).body
 
-        await _exercise(svc, broker, request, subject_prefix)
+        await _exercise(svc, request, subject_prefix)
 
 
 @pytest.mark.nats
 async def test_requests_are_handled_concurrently(nats_url, subject_prefix):
     """Sixteen 50 ms sim calls finish in far less than 16 × 50 ms: the subscriber does not serialise them."""
-    svc, broker = _service(subject_prefix, nats_url)
+    svc, _ = _service(subject_prefix, nats_url)
     subject = f"{subject_prefix}{WORK_SUBJECT}"
-    async with broker:
-        await broker.start()
-        await svc.start(broker)
+    async with running([svc], svc.settings.common, name="test") as broker:
         loop = asyncio.get_running_loop()
         start = loop.time()
         await asyncio.gather(
@@ -102,7 +101,6 @@ async def test_requests_are_handled_concurrently(nats_url, subject_prefix):
         assert loop.time() - start < 0.5
         assert svc.shared is not None and svc.shared.ledger is not None  # ledger, cache and limits on KV
         assert svc.adapter is not None and svc.adapter.stats().provider_calls == 16
-        await svc.stop()
 
 
 def test_create_service_reads_env_once():

@@ -1,0 +1,172 @@
+"""Request/reply endpoints, served on the NATS connection itself.
+
+Every service's request/reply subjects (`conductor.solve`, `.plan`, `.work`, `.verify`) are declared once as an
+``Endpoint``: subject, queue group, and an async ``handler(bytes) -> bytes`` that never needs the message object.
+
+In production (``conductor.runtime.running``) an ``EndpointServer`` subscribes each endpoint with nats-py and runs
+every message as its own task, at most ``handler_concurrency`` at a time per service; the subscription's pending
+queue holds the rest (back-pressure). FastStream's per-message pipeline (message wrapper, middleware chain,
+context, publisher) cost about as much CPU as the work itself on the hot worker-call path (bench/throughput_bench.py
+has the figures); it still serves the durable JetStream intake, whose per-message cost is dominated by acks.
+
+``faststream_router`` declares the same endpoints as FastStream subscribers: the AsyncAPI document is generated from
+it, and tests drive handlers through FastStream's in-memory test broker with it. The handler is the same function.
+
+Guarantees of ``EndpointServer``:
+- a handler that raises still answers: ``on_error`` turns the exception into the endpoint's typed ``internal`` reply
+  (logged with its traceback), so a requester never waits out its timeout for a bug;
+- a message without a reply subject is handled and its answer dropped (a publish is not a request);
+- ``stop()`` drains: no new messages are taken (the subscription's pending ones still run), then the in-flight
+  handlers get up to ``drain_timeout_s`` to answer; what is still running after that is cancelled;
+- after a NATS reconnect nats-py resubscribes on its own; handlers that were mid-reply get their publish buffered
+  by the client until the connection is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import nats.errors
+import structlog
+from faststream.nats import NatsMessage, NatsRouter
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from schemas.errors import ErrorCode, ErrorInfo
+
+log = structlog.get_logger("conductor.endpoints")
+
+Handler = Callable[[bytes], Awaitable[bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One request/reply subject of a service. ``subject`` is the full (prefixed) subject; ``title`` names the
+    channel in the AsyncAPI document; ``on_error`` encodes the endpoint's reply type carrying an ``ErrorInfo``."""
+
+    subject: str
+    queue: str
+    title: str
+    handler: Handler
+    on_error: Callable[[ErrorInfo], bytes]
+    description: str | None = None
+
+
+def internal_error(exc: BaseException) -> ErrorInfo:
+    return ErrorInfo(
+        code=ErrorCode.INTERNAL,
+        message=f"the handler failed: {type(exc).__name__}",
+        retryable=True,  # a bug or a resource fault in this replica; another replica or a later try may do better
+        detail=str(exc)[:500] or None,
+    )
+
+
+async def answer(endpoint: Endpoint, data: bytes) -> bytes:
+    """The handler's reply, or the endpoint's typed internal error if it raised."""
+    try:
+        return await endpoint.handler(data)
+    except Exception as exc:
+        log.exception("handler failed; answered with an internal error", subject=endpoint.subject)
+        return endpoint.on_error(internal_error(exc))
+
+
+def faststream_router(endpoints: Sequence[Endpoint], *, max_workers: int) -> NatsRouter:
+    """The endpoints as FastStream subscribers (AsyncAPI generation, in-memory tests)."""
+    router = NatsRouter()
+    for ep in endpoints:
+        router.subscriber(ep.subject, queue=ep.queue, title=ep.title, max_workers=max_workers)(
+            _faststream_handler(ep)
+        )
+    return router
+
+
+def _faststream_handler(ep: Endpoint) -> Callable[[NatsMessage], Awaitable[bytes]]:
+    async def handle(msg: NatsMessage) -> bytes:
+        return await answer(ep, msg.body)
+
+    handle.__doc__ = ep.description or ep.handler.__doc__
+    return handle
+
+
+class EndpointServer:
+    """Serves endpoints on one nats-py connection, a task per message, ``concurrency`` handlers at once."""
+
+    def __init__(
+        self,
+        nc: Client,
+        endpoints: Sequence[Endpoint],
+        *,
+        concurrency: int,
+        drain_timeout_s: float,
+        pending_msgs_limit: int = 1_000_000,
+        pending_bytes_limit: int = 1024 * 1024 * 1024,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self._nc = nc
+        self._endpoints = list(endpoints)
+        self._slots = asyncio.Semaphore(concurrency)
+        self._drain_timeout_s = drain_timeout_s
+        self._limits = {"pending_msgs_limit": pending_msgs_limit, "pending_bytes_limit": pending_bytes_limit}
+        self._subs: list[Subscription] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def start(self) -> None:
+        for ep in self._endpoints:
+            sub = await self._nc.subscribe(
+                ep.subject, queue=ep.queue, cb=self._dispatcher(ep), **self._limits
+            )
+            self._subs.append(sub)
+
+    def _dispatcher(self, ep: Endpoint) -> Callable[[Msg], Awaitable[None]]:
+        # nats-py awaits this callback for one message at a time per subscription: it only waits for a slot (so a
+        # full server leaves further messages in the pending queue) and starts the handler as a task.
+        async def dispatch(msg: Msg) -> None:
+            await self._slots.acquire()
+            task = asyncio.create_task(self._serve(ep, msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._finished)
+
+        return dispatch
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+
+    async def _serve(self, ep: Endpoint, msg: Msg) -> None:
+        out = await answer(ep, msg.data)
+        if msg.reply:
+            await self._nc.publish(msg.reply, out)
+
+    async def stop(self) -> None:
+        """Drain (see the module docstring); safe to call twice."""
+        subs, self._subs = self._subs, []
+        deadline = asyncio.get_running_loop().time() + self._drain_timeout_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                for sub in subs:
+                    await sub.drain()
+        except (nats.errors.Error, TimeoutError) as exc:
+            # Closed or lost connection, or a pending queue longer than the drain timeout: what was not taken is
+            # the requesters' to retry (their request times out); what runs is still awaited below.
+            log.warning("endpoint drain incomplete", error=type(exc).__name__)
+            for sub in subs:
+                with contextlib.suppress(nats.errors.Error):  # already gone with the connection or the drain
+                    await sub.unsubscribe()
+        if not self._tasks:
+            return
+        pending = set(self._tasks)
+        _, still = await asyncio.wait(pending, timeout=max(deadline - asyncio.get_running_loop().time(), 0.1))
+        if still:
+            log.warning("drain timed out; cancelling handlers", handlers=len(still))
+            for task in still:
+                task.cancel()
+            await asyncio.gather(*still, return_exceptions=True)

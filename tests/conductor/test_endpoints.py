@@ -1,0 +1,147 @@
+"""The endpoint server on a real nats-server: bounded concurrency, typed replies for handler bugs, drain on stop."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import msgspec
+import nats
+import nats.errors
+import pytest
+
+from conductor.cli import dump_tasks
+from conductor.endpoints import Endpoint, EndpointServer
+from conductor.wire import encode
+from schemas.errors import ErrorCode
+from schemas.work import WorkReply
+
+pytestmark = pytest.mark.nats
+
+
+def _endpoint(subject: str, handler) -> Endpoint:
+    return Endpoint(
+        subject,
+        queue="test",
+        title="test",
+        handler=handler,
+        on_error=lambda info: encode(WorkReply(worker="", error=info)),
+    )
+
+
+async def test_requests_run_concurrently_up_to_the_limit_and_all_are_answered(nats_url, subject_prefix):
+    running = peak = 0
+
+    async def slow(body: bytes) -> bytes:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        return body.upper()
+
+    subject = f"{subject_prefix}ep.slow"
+    nc = await nats.connect(nats_url)
+    server = EndpointServer(nc, [_endpoint(subject, slow)], concurrency=3, drain_timeout_s=5)
+    await server.start()
+    try:
+        replies = await asyncio.gather(*(nc.request(subject, f"m{i}".encode(), timeout=10) for i in range(12)))
+        assert [r.data for r in replies] == [f"M{i}".encode() for i in range(12)]
+        assert peak == 3  # twelve requests, never more than three handlers at once
+    finally:
+        await server.stop()
+        await nc.close()
+
+
+async def test_a_handler_that_raises_answers_with_a_typed_internal_error(nats_url, subject_prefix):
+    async def broken(body: bytes) -> bytes:
+        raise KeyError("no such thing")
+
+    subject = f"{subject_prefix}ep.broken"
+    nc = await nats.connect(nats_url)
+    server = EndpointServer(nc, [_endpoint(subject, broken)], concurrency=4, drain_timeout_s=5)
+    await server.start()
+    try:
+        reply = msgspec.json.decode((await nc.request(subject, b"{}", timeout=5)).data, type=WorkReply)
+        assert reply.error is not None and reply.error.code == ErrorCode.INTERNAL
+        assert "KeyError" in reply.error.message and reply.error.retryable
+        # the server keeps serving after a failure
+        again = msgspec.json.decode((await nc.request(subject, b"{}", timeout=5)).data, type=WorkReply)
+        assert again.error is not None and again.error.code == ErrorCode.INTERNAL
+    finally:
+        await server.stop()
+        await nc.close()
+
+
+async def test_stop_lets_in_flight_handlers_answer_and_then_takes_nothing_more(nats_url, subject_prefix):
+    started = asyncio.Event()
+    release = asyncio.Event()
+    handled: list[bytes] = []
+
+    async def held(body: bytes) -> bytes:
+        handled.append(body)
+        started.set()
+        await release.wait()
+        return b"done:" + body
+
+    subject = f"{subject_prefix}ep.drain"
+    nc = await nats.connect(nats_url)
+    server = EndpointServer(nc, [_endpoint(subject, held)], concurrency=8, drain_timeout_s=5)
+    await server.start()
+    pending = asyncio.create_task(nc.request(subject, b"a", timeout=10))
+    await started.wait()
+    stopping = asyncio.create_task(server.stop())
+    await asyncio.sleep(0.2)
+    assert not stopping.done() and server.in_flight == 1  # stop waits for the handler
+    release.set()
+    assert (await pending).data == b"done:a"
+    await stopping
+    with pytest.raises(nats.errors.NoRespondersError):
+        await nc.request(subject, b"b", timeout=2)
+    assert handled == [b"a"]
+    await nc.close()
+
+
+async def test_stop_cancels_handlers_still_running_after_the_drain_timeout(nats_url, subject_prefix):
+    cancelled = asyncio.Event()
+
+    async def forever(body: bytes) -> bytes:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return body
+
+    subject = f"{subject_prefix}ep.forever"
+    nc = await nats.connect(nats_url)
+    server = EndpointServer(nc, [_endpoint(subject, forever)], concurrency=8, drain_timeout_s=0.3)
+    await server.start()
+    await nc.publish(subject, b"x")  # no reply subject: handled, answer dropped
+    await nc.flush()
+    for _ in range(100):
+        if server.in_flight:
+            break
+        await asyncio.sleep(0.01)
+    assert server.in_flight == 1
+    await server.stop()
+    assert cancelled.is_set() and server.in_flight == 0
+    await nc.close()
+
+
+def test_concurrency_must_be_positive():
+    with pytest.raises(ValueError, match="concurrency"):
+        EndpointServer(None, [], concurrency=0, drain_timeout_s=1)  # type: ignore[arg-type]
+
+
+async def test_dump_tasks_prints_every_task_with_its_stack():
+    async def parked() -> None:
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(parked(), name="parked-task")
+    await asyncio.sleep(0)
+    out = io.StringIO()
+    assert dump_tasks(out) >= 2
+    text = out.getvalue()
+    assert "parked-task" in text and "in parked" in text
+    task.cancel()
