@@ -7,7 +7,8 @@ else the host process registers in the default one.
 
 Label values are bounded by construction: outcomes are ``ok`` or an ``ErrorCode``; workers are pool names, taken
 only from replies the pool accepted (a request naming an unknown worker counts as a bad request, never as a new
-``worker`` label); subjects are the unprefixed subject constants.
+``worker`` label); fault reasons are ``FaultReason`` values (anything else a reply might carry counts as ``other``);
+subjects are the unprefixed subject constants.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply
 from schemas.solve import SolveResult
 from schemas.verify import Verdict
-from schemas.work import WorkReply, WorkRequest
+from schemas.work import FaultReason, WorkReply, WorkRequest
 
 REGISTRY = CollectorRegistry()
 ProcessCollector(registry=REGISTRY)
@@ -49,6 +50,12 @@ WORKER_CALLS = _counter("conductor_worker_calls", "Worker calls answered by the 
 WORKER_RETRIES = _counter(
     "conductor_worker_retries",
     "Extra tries of worker calls (attempts - 1); reason: recovered (then succeeded) or exhausted (still failed).",
+    ["worker", "reason"],
+)
+WORKER_FAULTS = _counter(
+    "conductor_worker_faults",
+    "Failed tries of worker calls by reason (rate_limited, server_error, timeout, ...; see FaultReason), "
+    "each call's last failed try included; replayed and cached replies are not counted again.",
     ["worker", "reason"],
 )
 REDELIVERIES = _counter("conductor_redeliveries", "Durable task deliveries after the first (JetStream redelivery).")
@@ -76,6 +83,7 @@ WORKER_LATENCY = Histogram(
 )
 
 _REJECTED = {ErrorCode.BAD_REQUEST, ErrorCode.PAYLOAD_TOO_LARGE}
+_FAULT_REASONS = frozenset(str(r) for r in FaultReason)
 
 
 def outcome(error: ErrorInfo | None) -> str:
@@ -116,14 +124,20 @@ def plan_finished(reply: PlanReply, seconds: float) -> None:
 
 
 def work_finished(req: WorkRequest, reply: WorkReply, subject: str) -> None:
-    """Calls, retries, tokens, cost, cache and latency of one worker call, all from its reply."""
+    """Calls, retries, faults, tokens, cost, cache and latency of one worker call, all from its reply.
+
+    A replayed reply's retries and faults were counted when the call first finished, so they are not counted again
+    (a cache hit made no try at all)."""
     if reply.error is not None and reply.error.code == ErrorCode.BAD_REQUEST:
         bad_request(subject)  # the worker name may be anything here: no per-worker series for it
         return
     worker = reply.worker
     WORKER_CALLS.labels(worker, outcome(reply.error)).inc()
-    if reply.attempts > 1:
+    if reply.attempts > 1 and not reply.replayed:
         WORKER_RETRIES.labels(worker, "recovered" if reply.error is None else "exhausted").inc(reply.attempts - 1)
+    if not (reply.replayed or reply.cached):
+        for reason, n in reply.faults.items():
+            WORKER_FAULTS.labels(worker, reason if reason in _FAULT_REASONS else "other").inc(n)
     if req.cache:
         (CACHE_HITS if reply.cached else CACHE_MISSES).labels(worker).inc()
     if reply.usage.input_tokens:

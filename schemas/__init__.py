@@ -11,4 +11,6 @@ Schema evolution rules (checked by the golden-payload tests in tests/schemas):
 6. Enumerated string values (error codes, outcomes) gain members only.
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``WorkReply.faults`` (failed tries by ``FaultReason``); ``WorkRequest.idempotent`` also landed after the v1
+golden payloads."""

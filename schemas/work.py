@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 import msgspec
@@ -11,6 +12,21 @@ from schemas.usage import Usage
 
 WORK_SUBJECT = "conductor.work"
 """Request/reply: ``WorkRequest`` in, ``WorkReply`` out. Queue group ``worker-adapter``."""
+
+
+class FaultReason(StrEnum):
+    """Why one try of a worker call failed: the keys of ``WorkReply.faults`` and the ``reason`` label of
+    ``conductor_worker_faults_total``. Classified once, where the provider's failure is seen
+    (services/worker_adapter/provider.py says which HTTP statuses and errors map to which)."""
+
+    RATE_LIMITED = "rate_limited"  # 429: transient, honours Retry-After
+    SERVER_ERROR = "server_error"  # 5xx (including Anthropic's 529 overloaded): transient
+    TIMEOUT = "timeout"  # 408, the SDK's timeout or the worker-adapter's own per-try deadline: transient
+    CONNECTION = "connection"  # refused, reset, DNS: transient
+    CONFLICT = "conflict"  # 409 lock conflict, 425 too early: transient
+    CLIENT_ERROR = "client_error"  # any other 4xx, or a request the model cannot take (too long): permanent
+    INVALID_RESPONSE = "invalid_response"  # a 2xx the SDK cannot use (no choices, wrong shape): permanent
+    CONFIG = "config"  # missing credentials, provider, weights or sim table: permanent
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,3 +61,7 @@ class WorkReply(msgspec.Struct, frozen=True, kw_only=True):
     cached: bool = False  # served from the worker-call cache: original token counts, cost 0, calls 0
     replayed: bool = False  # this (task_id, round, step) was already answered; the stored reply, no new call
     error: ErrorInfo | None = None
+    # Failed tries by ``FaultReason`` value, the last one included when the call gave up; so ``attempts`` equals
+    # the sum plus one on success. Keys are ``str``, not ``FaultReason``, so a consumer older than a new reason
+    # still decodes the reply (schemas/__init__.py, rules 4 and 6).
+    faults: dict[str, int] = {}

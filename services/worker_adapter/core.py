@@ -3,7 +3,9 @@
 ``WorkerAdapter.call`` never raises for provider problems. Providers classify their failures into the two typed
 errors of ``provider.py``; here a ``TransientProviderError`` (and our own per-try deadline) is retried with
 exponential backoff and jitter, honouring the provider's Retry-After up to a cap, and a ``PermanentProviderError``
-is returned at once. Either way the reply carries a typed ``worker_error`` and how many tries were made.
+is returned at once. Either way the reply carries a typed ``worker_error`` and how many tries were made; every reply
+from the provider path also counts its failed tries by ``FaultReason`` in ``faults`` (the last one included when the
+call gave up).
 
 Accounting: ``usage.calls`` counts billed completions (1 on success, 0 on failure); ``attempts`` counts tries;
 ``latency_s`` is wall time from receipt to reply, including queueing for a concurrency slot and backoff sleeps.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import msgspec
@@ -27,7 +30,7 @@ import structlog
 from conductor.pool import Pool, WorkerSpec
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.usage import Usage
-from schemas.work import ChatMessage, WorkReply, WorkRequest
+from schemas.work import ChatMessage, FaultReason, WorkReply, WorkRequest
 from services.worker_adapter.cache import call_digest, hit_reply
 from services.worker_adapter.limits import token_estimate
 from services.worker_adapter.provider import (
@@ -165,9 +168,10 @@ class WorkerAdapter:
     async def _provider_reply(
         self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
     ) -> WorkReply:
-        outcome, attempts = await self._attempts(spec, messages, params)
+        outcome, attempts, faults = await self._attempts(spec, messages, params)
         if isinstance(outcome, ProviderError):
-            return WorkReply(worker=spec.name, attempts=attempts, error=worker_error(spec, outcome, attempts))
+            error = worker_error(spec, outcome, attempts)
+            return WorkReply(worker=spec.name, attempts=attempts, error=error, faults=faults)
         usage = Usage(
             input_tokens=outcome.input_tokens,
             output_tokens=outcome.output_tokens,
@@ -180,32 +184,36 @@ class WorkerAdapter:
             model=outcome.model,
             usage=usage,
             attempts=attempts,
+            faults=faults,
         )
 
     async def _attempts(
         self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
-    ) -> tuple[Completion | ProviderError, int]:
-        """Up to ``1 + spec.max_retries`` tries; returns the completion or the last typed error, and the tries."""
+    ) -> tuple[Completion | ProviderError, int, dict[str, int]]:
+        """Up to ``1 + spec.max_retries`` tries; returns the completion or the last typed error, the tries, and the
+        failed tries by reason."""
         attempt = 0
+        faults: Counter[str] = Counter()
         while True:
             attempt += 1
             try:
-                return await self._once(
-                    spec, messages, msgspec.structs.replace(params, attempt=attempt)
-                ), attempt
+                done = await self._once(spec, messages, msgspec.structs.replace(params, attempt=attempt))
+                return done, attempt, dict(faults)
             except PermanentProviderError as exc:
+                faults[str(exc.reason)] += 1
                 log.warning(
                     "worker call failed", worker=spec.name, attempt=attempt, error=exc.message, retry=False
                 )
-                return exc, attempt
+                return exc, attempt, dict(faults)
             except TransientProviderError as exc:
+                faults[str(exc.reason)] += 1
                 if exc.status == 429 and exc.retry_after is not None:  # everyone waits, not just this call
                     await self._shared.gate.cooldown(
                         spec, min(exc.retry_after, self._retry.retry_after_cap_s)
                     )
                 if attempt > spec.max_retries:
                     log.warning("worker call gave up", worker=spec.name, attempt=attempt, error=exc.message)
-                    return exc, attempt
+                    return exc, attempt, dict(faults)
                 wait = self._retry.delay(attempt, exc.retry_after, self._rng)
                 log.info(
                     "worker call retrying",
@@ -214,6 +222,7 @@ class WorkerAdapter:
                     wait_s=round(wait, 3),
                     error=exc.message,
                     status=exc.status,
+                    reason=exc.reason,
                 )
                 await self._sleep(wait)
 
@@ -224,7 +233,9 @@ class WorkerAdapter:
         transient). The local semaphore goes first: it is free, and it keeps a busy process from queueing on KV."""
         provider = self._providers.get(spec.provider)
         if provider is None:
-            raise PermanentProviderError(f"no {spec.provider!r} provider is configured in this process")
+            raise PermanentProviderError(
+                f"no {spec.provider!r} provider is configured in this process", reason=FaultReason.CONFIG
+            )
         tokens = token_estimate(messages, params.max_tokens) if spec.tpm is not None else 0
         async with self._limits[spec.name], self._shared.gate.permit(spec, tokens) as permit:
             self._stats.provider_calls += 1
@@ -233,7 +244,9 @@ class WorkerAdapter:
                     done = await provider.complete(spec, messages, params)
             except TimeoutError as exc:
                 raise TransientProviderError(
-                    f"no answer within {params.timeout_s:g} s", detail="timeout (worker-adapter deadline)"
+                    f"no answer within {params.timeout_s:g} s",
+                    reason=FaultReason.TIMEOUT,
+                    detail="timeout (worker-adapter deadline)",
                 ) from exc
             permit.spend(done.input_tokens + done.output_tokens)
             return done

@@ -6,6 +6,22 @@ anthropic adapters (and any future one) cannot drift apart:
 
 - transient (retried with backoff by the core): 408, 409, 425, 429, every 5xx, timeouts, connection errors;
 - permanent (returned at once as a typed error): every other 4xx, missing credentials, bad configuration.
+
+Every error also carries a ``reason`` from the bounded vocabulary ``FaultReason`` (defined in schemas/work.py,
+because it travels in ``WorkReply.faults`` and labels ``conductor_worker_faults_total``), so faults and retries
+can be told apart by cause. Transient reasons:
+
+- ``rate_limited``: 429;
+- ``server_error``: every 5xx (Anthropic's 529 "overloaded" included);
+- ``timeout``: 408, the SDK's request timeout, or the core's own per-try deadline;
+- ``connection``: refused, reset or unresolvable;
+- ``conflict``: 409, 425.
+
+Permanent reasons:
+
+- ``client_error``: every other 4xx, or a prompt the local model cannot take;
+- ``invalid_response``: a 2xx the SDK cannot turn into a completion;
+- ``config``: a missing key variable, provider kind, sim table, local extra or weights.
 """
 
 from __future__ import annotations
@@ -18,9 +34,15 @@ from typing import Protocol
 import msgspec
 
 from conductor.pool import WorkerSpec
-from schemas.work import ChatMessage
+from schemas.work import ChatMessage, FaultReason
 
-TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+_TRANSIENT_4XX = {
+    408: FaultReason.TIMEOUT,
+    409: FaultReason.CONFLICT,
+    425: FaultReason.CONFLICT,
+    429: FaultReason.RATE_LIMITED,
+}
+TRANSIENT_STATUSES = frozenset(_TRANSIENT_4XX)
 """4xx statuses that mean "try again later": request timeout, lock conflict, too early, rate limited."""
 
 
@@ -46,11 +68,15 @@ class CallParams(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ProviderError(Exception):
-    """Base of the two typed outcomes; ``detail`` carries status and a body excerpt for the reply."""
+    """Base of the two typed outcomes; ``reason`` says why (module docstring), ``detail`` carries status and a body
+    excerpt for the reply. ``reason`` has no default: every raiser classifies its own failure."""
 
-    def __init__(self, message: str, *, status: int | None = None, detail: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, reason: FaultReason, status: int | None = None, detail: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
+        self.reason = reason
         self.status = status
         self.detail = detail
 
@@ -62,11 +88,12 @@ class TransientProviderError(ProviderError):
         self,
         message: str,
         *,
+        reason: FaultReason,
         retry_after: float | None = None,
         status: int | None = None,
         detail: str | None = None,
     ) -> None:
-        super().__init__(message, status=status, detail=detail)
+        super().__init__(message, reason=reason, status=status, detail=detail)
         self.retry_after = retry_after
 
 
@@ -112,6 +139,13 @@ def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None)
     return seconds if seconds >= 0 else 0.0
 
 
+def status_reason(status: int) -> FaultReason:
+    """The ``FaultReason`` of an HTTP error status (module docstring table)."""
+    if status >= 500:
+        return FaultReason.SERVER_ERROR
+    return _TRANSIENT_4XX.get(status, FaultReason.CLIENT_ERROR)
+
+
 def classify_status(
     status: int,
     message: str,
@@ -121,7 +155,8 @@ def classify_status(
 ) -> TransientProviderError | PermanentProviderError:
     """Map an HTTP error status to the typed error the core acts on (see the module docstring)."""
     detail = f"HTTP {status}" + (f": {body[:500]}" if body else "")
+    reason = status_reason(status)
     if status in TRANSIENT_STATUSES or status >= 500:
         hint = retry_after_seconds(headers) if headers is not None else None
-        return TransientProviderError(message, retry_after=hint, status=status, detail=detail)
-    return PermanentProviderError(message, status=status, detail=detail)
+        return TransientProviderError(message, reason=reason, retry_after=hint, status=status, detail=detail)
+    return PermanentProviderError(message, reason=reason, status=status, detail=detail)

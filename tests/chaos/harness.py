@@ -27,6 +27,7 @@ from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
 from schemas.solve import SolveRequest, SolveResult
 from schemas.tasks import Names
+from tests.conductor.scrape import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,7 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     nats_restarts: int = 0
     provider: dict[str, object] = {}
     reexecuted_calls: int = 0
-    metrics: dict[str, float] = {}  # sums scraped from the services' /metrics at the end
+    metrics: dict[str, float] = {}  # sums scraped from the services' /metrics at the end, some also per label
     wall_s: float = 0.0
     tasks_per_s: float = 0.0
 
@@ -221,7 +222,15 @@ async def run_chaos(
         report.reexecuted_calls = int(report.provider["reexecuted"])  # type: ignore[call-overload]
         report.tasks_per_s = report.results / report.wall_s if report.wall_s else 0.0
         report.metrics = {
-            **scrape(helpers_port, ["conductor_worker_retries_total", "conductor_worker_calls_total"]),
+            **scrape(
+                helpers_port,
+                [
+                    "conductor_worker_retries_total",
+                    "conductor_worker_calls_total",
+                    "conductor_worker_faults_total",
+                ],
+                split={"conductor_worker_faults_total": "reason"},
+            ),
             **scrape(executor_port, ["conductor_redeliveries_total", "conductor_tasks_total"]),
         }
         return report
@@ -233,15 +242,20 @@ async def run_chaos(
         nats_server.stop()
 
 
-def scrape(port: int, names: list[str]) -> dict[str, float]:
-    """Sum each named metric over all its label sets, from a service's Prometheus endpoint."""
+def scrape(port: int, names: list[str], split: dict[str, str] | None = None) -> dict[str, float]:
+    """Sum each named metric over all its label sets, from a service's Prometheus endpoint; for a metric named in
+    ``split`` also one sum per value of that label, keyed ``conductor_worker_faults_total{reason="timeout"}``."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
     sums = dict.fromkeys(names, 0.0)
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in sums:
-            sums[name] += float(line.rsplit(" ", 1)[1])
+    for (name, labels), value in parse(text).items():
+        if name not in sums:
+            continue
+        sums[name] += value
+        label = (split or {}).get(name)
+        if label is not None:
+            key = f'{name}{{{label}="{dict(labels).get(label, "")}"}}'
+            sums[key] = sums.get(key, 0.0) + value
     return sums
 
 

@@ -1,7 +1,7 @@
 """Chaos and load: executor SIGKILLs, a nats-server restart and 30% provider faults (429 + Retry-After, 500,
 timeouts) while tasks flow through the durable queue. Passes only if every task has exactly one final result, no
 result event is published twice, the provider answered no more calls twice than there were kills, and the
-services' metrics show the retries and redeliveries.
+services' metrics show the retries, the injected faults by reason and the redeliveries.
 
 The smoke version runs in the default test run; the full one (2,000 tasks, three kills) is `make test-chaos`.
 """
@@ -23,6 +23,9 @@ def check(report: ChaosReport) -> None:
     assert "internal" not in report.error_codes, report
     # The metrics show the faults: the worker adapter counted retries, the restarted executor redeliveries.
     assert report.metrics["conductor_worker_retries_total"] > 0, report
+    for reason in ("rate_limited", "server_error", "timeout"):  # the fault server's 429, 500 and held answers
+        faults_seen = report.metrics.get(f'conductor_worker_faults_total{{reason="{reason}"}}', 0)
+        assert faults_seen > 0, (reason, report)
     assert report.metrics["conductor_redeliveries_total"] > 0, report
 
 

@@ -99,6 +99,40 @@ def test_worker_reply_accounting_keeps_labels_bounded():
     assert "x" * 50 not in text
 
 
+def test_worker_faults_are_counted_by_reason_once():
+    """Every failed try counts under its reason, the last one of a failed call too; a replayed reply (counted when
+    the call first finished) and a cache hit add nothing; a reason outside the vocabulary is ``other``."""
+    before = parse(metrics.exposition().decode())
+    req = WorkRequest(worker="sim-math", messages=[])
+    recovered = WorkReply(worker="sim-math", attempts=4, faults={"rate_limited": 2, "timeout": 1})
+    gave_up = WorkReply(
+        worker="sim-math",
+        attempts=2,
+        faults={"server_error": 2},
+        error=ErrorInfo(code=ErrorCode.WORKER_ERROR, message="gave up", retryable=True),
+    )
+    for reply in (recovered, gave_up):
+        metrics.work_finished(req, reply, "conductor.work")
+    metrics.work_finished(req, msgspec.structs.replace(recovered, replayed=True), "conductor.work")
+    metrics.work_finished(req, msgspec.structs.replace(recovered, cached=True, attempts=0), "conductor.work")
+    metrics.work_finished(req, WorkReply(worker="sim-small", faults={"x" * 40: 1}), "conductor.work")
+    text = metrics.exposition().decode()
+    after = parse(text)
+
+    def d(name: str, **labels: str) -> float:
+        return delta(before, after, name, **labels)
+
+    faults = "conductor_worker_faults_total"
+    assert d(faults, worker="sim-math", reason="rate_limited") == 2
+    assert d(faults, worker="sim-math", reason="timeout") == 1
+    assert d(faults, worker="sim-math", reason="server_error") == 2
+    assert d(faults, worker="sim-math") == 5  # not 8: the replay did not count again
+    assert d(faults, worker="sim-small", reason="other") == 1 and "x" * 40 not in text
+    # retries agree: the replay's extra tries were counted with the original call
+    assert d("conductor_worker_retries_total", worker="sim-math", reason="recovered") == 3
+    assert d("conductor_worker_retries_total", worker="sim-math", reason="exhausted") == 1
+
+
 async def test_durable_redeliveries_and_dead_letters_are_counted(nats_url, subject_prefix):
     """Three deliveries of a task whose planner stays down: two redeliveries, one dead letter, one task."""
     settings = durable_settings(nats_url, subject_prefix, max_deliver=3)

@@ -1,5 +1,6 @@
-"""Writes the golden payloads of schema version 1. Run once per schema version; never regenerate old files:
-they are the messages already on the wire, and tests/schemas/test_golden.py proves they still decode."""
+"""Writes the golden payloads of each schema version: the v1 set, then one file per type a later version changed.
+Run once per schema version; existing files are never rewritten: they are the messages already on the wire, and
+tests/schemas/test_golden.py proves they still decode."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from schemas.verify import (
     VerifyBatchResult,
     VerifyRequest,
 )
-from schemas.work import ChatMessage, WorkReply, WorkRequest
+from schemas.work import ChatMessage, FaultReason, WorkReply, WorkRequest
 
 U = Usage(input_tokens=120, output_tokens=40, cost_usd=0.00054, calls=1)
 WF = Workflow(model_id=[1, 0], subtasks=["solve it", "check and answer"], access_list=[[], "all"])
@@ -79,6 +80,22 @@ PAYLOADS: dict[str, object] = {
         max_tokens=512,
     ),
     "work_reply_v1": WorkReply(worker="sim-math", text="\\boxed{2}", model="sim-math", usage=U, latency_s=0.2),
+    "work_reply_v2": WorkReply(
+        worker="sim-math",
+        text="\\boxed{2}",
+        model="sim-math",
+        usage=U,
+        latency_s=2.7,
+        attempts=3,
+        faults={FaultReason.RATE_LIMITED.value: 1, FaultReason.TIMEOUT.value: 1},
+    ),
+    "work_request_v2": WorkRequest(
+        worker="sim-math",
+        messages=[ChatMessage(role="user", content="q\n\nsolve it")],
+        task_id="t-1",
+        step=1,
+        idempotent=True,
+    ),
     "verify_batch_v1": VerifyBatch(
         items=[VerifyRequest(id="t-1", response="\\boxed{2}", reference=TextReference(answer="2", kind="math"))]
     ),
@@ -95,4 +112,6 @@ PAYLOADS: dict[str, object] = {
 if __name__ == "__main__":
     out = Path(__file__).parent / "golden"
     for name, obj in PAYLOADS.items():
-        (out / f"{name}.json").write_bytes(msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
+        path = out / f"{name}.json"
+        if not path.exists():  # today's encoder would add the newer fields to an old payload
+            path.write_bytes(msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")

@@ -12,7 +12,7 @@ import pytest
 
 from conductor.pool import Pool, PoolError, WorkerSpec, parse_pool
 from schemas.errors import ErrorCode
-from schemas.work import ChatMessage, WorkRequest
+from schemas.work import ChatMessage, FaultReason, WorkRequest
 from services.worker_adapter.config import WorkerAdapterSettings, api_keys
 from services.worker_adapter.core import RetryPolicy, WorkerAdapter
 from services.worker_adapter.provider import (
@@ -23,6 +23,8 @@ from services.worker_adapter.provider import (
     classify_status,
     retry_after_seconds,
 )
+
+RATE = FaultReason.RATE_LIMITED
 
 HELLO = [ChatMessage(role="user", content="hello")]
 
@@ -79,14 +81,17 @@ def _adapter(provider: Scripted, **spec: object) -> tuple[WorkerAdapter, Sleeps]
 
 
 @pytest.mark.parametrize(
-    ("status", "transient"),
-    [(400, False), (401, False), (403, False), (404, False), (422, False), (408, True), (409, True), (429, True),
-     (500, True), (502, True), (503, True), (529, True)],
+    ("status", "transient", "reason"),
+    [(400, False, "client_error"), (401, False, "client_error"), (403, False, "client_error"),
+     (404, False, "client_error"), (422, False, "client_error"), (408, True, "timeout"), (409, True, "conflict"),
+     (425, True, "conflict"), (429, True, "rate_limited"), (500, True, "server_error"),
+     (502, True, "server_error"), (503, True, "server_error"), (529, True, "server_error")],
 )  # fmt: skip
-def test_classify_status(status, transient):
+def test_classify_status(status, transient, reason):
     err = classify_status(status, "boom", headers={"Retry-After": "3"}, body="{}")
     assert isinstance(err, TransientProviderError if transient else PermanentProviderError)
     assert err.status == status and "HTTP" in (err.detail or "")
+    assert err.reason == reason and isinstance(err.reason, FaultReason)
     if transient:
         assert err.retry_after == 3.0
 
@@ -116,7 +121,10 @@ def test_backoff_grows_with_jitter_and_caps():
 
 async def test_transient_errors_are_retried_honouring_retry_after():
     provider = Scripted(
-        [TransientProviderError("rate", retry_after=2.5, status=429), TransientProviderError("5xx")]
+        [
+            TransientProviderError("rate", reason=RATE, retry_after=2.5, status=429),
+            TransientProviderError("5xx", reason=FaultReason.SERVER_ERROR),
+        ]
     )
     adapter, sleeps = _adapter(provider)
     reply = await adapter.call(WorkRequest(worker="w", messages=HELLO))
@@ -126,7 +134,13 @@ async def test_transient_errors_are_retried_honouring_retry_after():
 
 
 async def test_permanent_error_is_not_retried():
-    provider = Scripted([PermanentProviderError("bad request", status=400, detail="HTTP 400: nope")])
+    provider = Scripted(
+        [
+            PermanentProviderError(
+                "bad request", reason=FaultReason.CLIENT_ERROR, status=400, detail="HTTP 400: nope"
+            )
+        ]
+    )
     adapter, sleeps = _adapter(provider)
     reply = await adapter.call(WorkRequest(worker="w", messages=HELLO))
     assert reply.attempts == 1 and not sleeps.waits and len(provider.calls) == 1
@@ -136,7 +150,7 @@ async def test_permanent_error_is_not_retried():
 
 
 async def test_retries_are_bounded_by_max_retries():
-    provider = Scripted([TransientProviderError("down")] * 10)
+    provider = Scripted([TransientProviderError("down", reason=FaultReason.CONNECTION)] * 10)
     adapter, sleeps = _adapter(provider, max_retries=2)
     reply = await adapter.call(WorkRequest(worker="w", messages=HELLO))
     assert reply.attempts == 3 and len(sleeps.waits) == 2
@@ -148,6 +162,45 @@ async def test_our_deadline_makes_a_hung_provider_transient():
     adapter, _ = _adapter(provider)
     reply = await adapter.call(WorkRequest(worker="w", messages=HELLO, timeout_s=0.05))
     assert reply.error is None and reply.attempts == 2 and reply.text == "ok"
+    assert reply.faults == {"timeout": 1}
+
+
+async def test_faults_count_failed_tries_by_reason():
+    """One call meets a 429, a 5xx, our own deadline and a 409, then succeeds: one fault of each reason."""
+    provider = Scripted(
+        [
+            TransientProviderError("rate", reason=RATE, retry_after=0.1, status=429),
+            TransientProviderError("5xx", reason=FaultReason.SERVER_ERROR, status=502),
+            5.0,  # hangs past the request's deadline
+            TransientProviderError("conflict", reason=FaultReason.CONFLICT, status=409),
+        ]
+    )
+    adapter, _ = _adapter(provider, max_retries=5)
+    reply = await adapter.call(WorkRequest(worker="w", messages=HELLO, timeout_s=0.05))
+    assert reply.error is None and reply.attempts == 5
+    assert reply.faults == {"rate_limited": 1, "server_error": 1, "timeout": 1, "conflict": 1}
+    assert sum(reply.faults.values()) == reply.attempts - 1
+    clean = await adapter.call(WorkRequest(worker="w", messages=HELLO))
+    assert clean.faults == {} and clean.attempts == 1
+
+
+async def test_faults_include_the_try_that_gave_up():
+    exhausted, _ = _adapter(
+        Scripted([TransientProviderError("5xx", reason=FaultReason.SERVER_ERROR)] * 9), max_retries=2
+    )
+    reply = await exhausted.call(WorkRequest(worker="w", messages=HELLO))
+    assert reply.error is not None and reply.error.retryable
+    assert reply.attempts == 3 and reply.faults == {"server_error": 3}
+    permanent = Scripted(
+        [
+            TransientProviderError("rate", reason=RATE, status=429),
+            PermanentProviderError("bad", reason=FaultReason.CLIENT_ERROR, status=400),
+        ]
+    )
+    refused, _ = _adapter(permanent)
+    reply = await refused.call(WorkRequest(worker="w", messages=HELLO))
+    assert reply.error is not None and not reply.error.retryable
+    assert reply.attempts == 2 and reply.faults == {"rate_limited": 1, "client_error": 1}
 
 
 async def test_bad_requests_name_the_field():
@@ -166,7 +219,7 @@ async def test_bad_requests_name_the_field():
             and reply.error.code == ErrorCode.BAD_REQUEST
             and reply.error.field == field
         )
-        assert reply.attempts == 0
+        assert reply.attempts == 0 and reply.faults == {}  # no try was made
 
 
 async def test_request_overrides_pool_parameters():
@@ -204,6 +257,7 @@ async def test_missing_provider_kind_is_a_typed_error():
     pool = Pool(workers=[WorkerSpec(name="w", provider="local", model="x")])
     reply = await WorkerAdapter(pool, {}).call(WorkRequest(worker="w", messages=HELLO))
     assert reply.error is not None and not reply.error.retryable and "local" in reply.error.message
+    assert reply.faults == {"config": 1}
 
 
 def test_settings_and_keys_from_env():

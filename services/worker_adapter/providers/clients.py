@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Generic, Protocol, TypeVar
 
 from conductor.pool import WorkerSpec
+from schemas.work import FaultReason
 from services.worker_adapter.config import key_env
 from services.worker_adapter.provider import PermanentProviderError
 
@@ -31,7 +32,9 @@ class ClientCache(Generic[C]):
         env = key_env(spec)
         key = self._keys.get(env) if env else self._keyless
         if key is None:
-            raise PermanentProviderError(f"worker {spec.name!r}: environment variable {env} is not set")
+            raise PermanentProviderError(
+                f"worker {spec.name!r}: environment variable {env} is not set", reason=FaultReason.CONFIG
+            )
         slot = (spec.base_url, env)
         if slot not in self._clients:
             self._clients[slot] = self._make(key, spec)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor.pool import Pool, WorkerSpec
-from schemas.work import ChatMessage
+from schemas.work import ChatMessage, FaultReason
 from services.worker_adapter.provider import CallParams, Completion, PermanentProviderError
 
 MISSING_EXTRA = (
@@ -38,7 +38,7 @@ def _import(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise PermanentProviderError(f"{MISSING_EXTRA} ({exc})") from exc
+        raise PermanentProviderError(f"{MISSING_EXTRA} ({exc})", reason=FaultReason.CONFIG) from exc
 
 
 def locate(model: str, pool: Pool) -> tuple[Path, str | None]:
@@ -47,12 +47,14 @@ def locate(model: str, pool: Pool) -> tuple[Path, str | None]:
     if sep and package.isidentifier():
         spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
-            raise PermanentProviderError(f"model {model!r}: package {package!r} is not installed")
+            raise PermanentProviderError(
+                f"model {model!r}: package {package!r} is not installed", reason=FaultReason.CONFIG
+            )
         path = Path(next(iter(spec.submodule_search_locations))) / file
     else:
         path = pool.resolve(model)
     if not path.exists():
-        raise PermanentProviderError(f"model {model!r}: {path} does not exist")
+        raise PermanentProviderError(f"model {model!r}: {path} does not exist", reason=FaultReason.CONFIG)
     if path.is_file():
         return path.parent, path.name
     return path, None
@@ -118,7 +120,9 @@ class LocalProvider:
                     ValueError,
                     RuntimeError,
                 ) as exc:  # bad or unsupported weights: will not heal
-                    raise PermanentProviderError(f"cannot load {spec.model!r}: {exc}") from exc
+                    raise PermanentProviderError(
+                        f"cannot load {spec.model!r}: {exc}", reason=FaultReason.CONFIG
+                    ) from exc
         return self._models[where]
 
     async def complete(
@@ -131,7 +135,9 @@ class LocalProvider:
             ValueError,
             RuntimeError,
         ) as exc:  # e.g. a prompt past the context window: replaying will not fix it
-            raise PermanentProviderError(f"generation failed: {exc}") from exc
+            raise PermanentProviderError(
+                f"generation failed: {exc}", reason=FaultReason.CLIENT_ERROR
+            ) from exc
         return Completion(text=text, input_tokens=n_in, output_tokens=n_out, model=spec.model)
 
     async def aclose(self) -> None:

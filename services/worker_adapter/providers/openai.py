@@ -21,7 +21,7 @@ import openai
 import structlog
 
 from conductor.pool import WorkerSpec
-from schemas.work import ChatMessage
+from schemas.work import ChatMessage, FaultReason
 from services.worker_adapter.provider import (
     CallParams,
     Completion,
@@ -94,10 +94,12 @@ class OpenAIProvider:
                 **request_body(spec, messages, params), timeout=params.timeout_s
             )
         except openai.APITimeoutError as exc:
-            raise TransientProviderError(f"timed out after {params.timeout_s:g} s", detail="timeout") from exc
+            raise TransientProviderError(
+                f"timed out after {params.timeout_s:g} s", reason=FaultReason.TIMEOUT, detail="timeout"
+            ) from exc
         except openai.APIConnectionError as exc:
             raise TransientProviderError(
-                f"connection failed: {exc.message}", detail=repr(exc.__cause__)
+                f"connection failed: {exc.message}", reason=FaultReason.CONNECTION, detail=repr(exc.__cause__)
             ) from exc
         except openai.APIStatusError as exc:
             raise classify_status(
@@ -106,9 +108,11 @@ class OpenAIProvider:
         except (
             openai.APIError
         ) as exc:  # e.g. a 2xx whose body is not a chat completion: replaying will not fix it
-            raise PermanentProviderError(f"unusable response: {exc.message}") from exc
+            raise PermanentProviderError(
+                f"unusable response: {exc.message}", reason=FaultReason.INVALID_RESPONSE
+            ) from exc
         if not resp.choices:
-            raise PermanentProviderError("the response has no choices")
+            raise PermanentProviderError("the response has no choices", reason=FaultReason.INVALID_RESPONSE)
         text = resp.choices[0].message.content or ""
         if resp.usage is not None:
             n_in, n_out = resp.usage.prompt_tokens, resp.usage.completion_tokens

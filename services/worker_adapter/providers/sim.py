@@ -53,7 +53,7 @@ from pathlib import Path
 import msgspec
 
 from conductor.pool import Pool, SimSpec, WorkerSpec
-from schemas.work import ChatMessage
+from schemas.work import ChatMessage, FaultReason
 from services.worker_adapter.provider import (
     CallParams,
     Completion,
@@ -126,7 +126,9 @@ class Dataset:
             lines = path.read_text(encoding="utf-8").splitlines()
             return cls([decoder.decode(line) for line in lines if line.strip()])
         except (OSError, msgspec.DecodeError) as exc:
-            raise PermanentProviderError(f"sim dataset {path} is unreadable: {exc}") from exc
+            raise PermanentProviderError(
+                f"sim dataset {path} is unreadable: {exc}", reason=FaultReason.CONFIG
+            ) from exc
 
     def find(self, text: str) -> QuestionRecord | None:
         """The longest known question inside ``text``; the common question-first prompt is a dictionary hit."""
@@ -288,7 +290,9 @@ class SimProvider:
     ) -> Completion:
         sim = spec.sim
         if sim is None:
-            raise PermanentProviderError(f"worker {spec.name!r}: provider 'sim' needs a [workers.sim] table")
+            raise PermanentProviderError(
+                f"worker {spec.name!r}: provider 'sim' needs a [workers.sim] table", reason=FaultReason.CONFIG
+            )
         reading = read_conversation(messages, self.dataset(sim))
         question = reading.record.question if reading.record else ""
         call = (sim.seed, spec.name, question, reading.subtask, reading.context, params.sample)
@@ -296,7 +300,10 @@ class SimProvider:
         await asyncio.sleep(sim.latency_s + sim.latency_jitter_s * rng.random())
         if _rng(*call, "fail", params.attempt).random() < sim.failure_rate:  # a fresh draw per attempt
             raise TransientProviderError(
-                "simulated provider error", status=500, detail="HTTP 500 (simulated)"
+                "simulated provider error",
+                reason=FaultReason.SERVER_ERROR,
+                status=500,
+                detail="HTTP 500 (simulated)",
             )
         text = self._answer(spec, sim, reading, rng)
         limit = int(params.max_tokens / sim.tokens_per_char)
