@@ -62,15 +62,38 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def dump_tasks(file: TextIO | None = None) -> int:
-    """Print every asyncio task's coroutine stack to stderr (a hung call shows where it waits); returns the count."""
+    """Print every asyncio task with the chain of coroutines it is waiting in, innermost last, to stderr (a hung
+    call shows where it waits); returns the number of tasks."""
     out = file or sys.stderr
     tasks = asyncio.all_tasks()
     print(f"--- {len(tasks)} asyncio tasks ---", file=out)
     for task in tasks:
-        print(f"task {task.get_name()}: {task.get_coro()!r}", file=out)
-        task.print_stack(limit=25, file=out)
+        print(f"task {task.get_name()}:", file=out)
+        for line in await_chain(task.get_coro()):
+            print(f"    {line}", file=out)
     print("--- end of tasks ---", file=out, flush=True)
     return len(tasks)
+
+
+def await_chain(coro: object) -> list[str]:
+    """Where a suspended coroutine waits: its frame, then the frame of what it awaits, and so on down."""
+    lines: list[str] = []
+    while coro is not None and len(lines) < 64:
+        frame = (
+            getattr(coro, "cr_frame", None)
+            or getattr(coro, "gi_frame", None)
+            or getattr(coro, "ag_frame", None)
+        )
+        if frame is None:
+            lines.append(f"awaiting {coro!r}"[:300])
+            break
+        lines.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        coro = (
+            getattr(coro, "cr_await", None)
+            or getattr(coro, "gi_yieldfrom", None)
+            or getattr(coro, "ag_await", None)
+        )
+    return lines
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:

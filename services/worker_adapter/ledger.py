@@ -66,6 +66,9 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="done", tag_field=
 CallRecord = Running | Finished
 _decoder = msgspec.json.Decoder(CallRecord)
 
+RENEWAL_STOP_S = 1.0
+"""How long a finished call waits for its renewal loop to stop before settling anyway."""
+
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a failed compare-and-set; ``kv.delete(last=)`` surfaces them as a bare APIError."""
 
@@ -117,6 +120,7 @@ class _Lease:
     def __init__(self, revision: int) -> None:
         self.revision = revision
         self.lost = False
+        self.done = False  # the call finished: renewing stops
 
 
 class CallLedger:
@@ -254,10 +258,16 @@ class CallLedger:
             reply = await compute()
             return reply
         finally:
+            # Stop renewing. Not by cancellation alone: a cancel that lands inside a nats-py request can be
+            # swallowed (asyncio.wait_for in Python 3.11 and nats-py's flush both can), which once left this
+            # reply waiting forever on a renewal loop that never ended (found by the chaos suite). ``done`` ends
+            # the loop at its next step whatever happened to the cancel, and the wait here is bounded.
+            lease.done = True
             renewal.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewal
-            self._settle(key, digest, lease, reply)
+            try:
+                await asyncio.wait({renewal}, timeout=RENEWAL_STOP_S)
+            finally:
+                self._settle(key, digest, lease, reply)
 
     def _settle(self, key: str, digest: str, lease: _Lease, reply: WorkReply | None) -> None:
         """Record a success for replays; release a failure (or a cancelled call) so the next request re-runs it.
@@ -302,11 +312,17 @@ class CallLedger:
             log.info("claim already taken over; not releasing", key=key)
 
     async def _renew(self, key: str, digest: str, lease: _Lease) -> None:
-        """Keep the claim alive while the call runs (retries and backoff can take minutes)."""
-        while True:
+        """Keep the claim alive while the call runs (retries and backoff can take minutes); ends once
+        ``lease.done`` is set, even if its cancellation was lost."""
+        while not lease.done:
             await asyncio.sleep(self.lease_s / 3)
+            if lease.done:
+                return
             try:
-                lease.revision = await self._kv.update(key, self._running(digest), last=lease.revision)
+                revision = await self._kv.update(key, self._running(digest), last=lease.revision)
+                if lease.done:
+                    return  # settled meanwhile: the settle's write uses the revision it saw
+                lease.revision = revision
             except js_errors.KeyWrongLastSequenceError:
                 lease.lost = True
                 log.warning("lost the claim to another replica while calling", key=key)

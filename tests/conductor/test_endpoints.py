@@ -136,6 +136,9 @@ def test_concurrency_must_be_positive():
 
 async def test_dump_tasks_prints_every_task_with_its_stack():
     async def parked() -> None:
+        await inner()
+
+    async def inner() -> None:
         await asyncio.Event().wait()
 
     task = asyncio.create_task(parked(), name="parked-task")
@@ -143,5 +146,5 @@ async def test_dump_tasks_prints_every_task_with_its_stack():
     out = io.StringIO()
     assert dump_tasks(out) >= 2
     text = out.getvalue()
-    assert "parked-task" in text and "in parked" in text
+    assert "parked-task" in text and "in parked" in text and "in inner" in text and "in wait" in text
     task.cancel()

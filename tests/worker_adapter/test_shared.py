@@ -20,11 +20,12 @@ from nats.aio.client import Client
 from conductor.natsserver import NatsServer, find_binary, free_port, reachable
 from conductor.pool import Pool, WorkerSpec
 from schemas.errors import ErrorCode
+from schemas.usage import Usage
 from schemas.work import ChatMessage, FaultReason, WorkReply, WorkRequest
 from services.worker_adapter.cache import call_digest
 from services.worker_adapter.config import SharedSettings
 from services.worker_adapter.core import RetryPolicy, WorkerAdapter, call_params
-from services.worker_adapter.ledger import Running, call_key
+from services.worker_adapter.ledger import CallLedger, Running, call_key
 from services.worker_adapter.limits import Holding, SharedLimits, Unlimited, WorkerLoad
 from services.worker_adapter.provider import (
     CallParams,
@@ -33,7 +34,9 @@ from services.worker_adapter.provider import (
     TransientProviderError,
 )
 from services.worker_adapter.shared import Shared, open_shared, shared_or_local
+from services.worker_adapter.stats import CallStats
 from services.worker_adapter.store import Buckets, open_bucket
+from services.worker_adapter.writebehind import WriteBehind
 
 pytestmark = pytest.mark.nats
 
@@ -477,3 +480,45 @@ async def test_cooldowns_still_reach_every_replica_after_a_nats_restart(tmp_path
             await nc.close()
     finally:
         server.stop()
+
+
+class _SwallowingKV:
+    """The real bucket, except that a renewal's ``update`` hangs and turns its cancellation into a timeout — what
+    asyncio.wait_for (Python 3.11) and nats-py's flush can do to a cancel that lands mid-request."""
+
+    def __init__(self, kv) -> None:
+        self._kv = kv
+        self.updates_entered = asyncio.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self._kv, name)
+
+    async def update(self, key: str, value: bytes, last: int | None = None) -> int:
+        self.updates_entered.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            raise nats.errors.TimeoutError from None  # the cancel is lost
+        return await self._kv.update(key, value, last=last)
+
+
+async def test_a_finished_call_answers_even_if_its_renewal_swallows_the_cancel(nats_url, subject_prefix):
+    """Found by the chaos suite: replies waited forever on a lease renewal whose cancellation a client library
+    swallowed. The call's reply now comes back, and the renewal loop ends by itself."""
+    async with replicas(nats_url, subject_prefix, Counting(), _pool(), n=1) as (r,):  # creates the buckets
+        _, kv = await _kv_of(r, Buckets.for_prefix(subject_prefix).calls)
+        swallowing = _SwallowingKV(kv)
+        ledger = CallLedger(swallowing, owner="r9", stats=CallStats(), writes=WriteBehind(), lease_s=0.15)  # type: ignore[arg-type]
+        await _swallowed_cancel_does_not_hang(ledger, swallowing)
+
+
+async def _swallowed_cancel_does_not_hang(ledger: CallLedger, swallowing: _SwallowingKV) -> None:
+    async def compute() -> WorkReply:
+        await swallowing.updates_entered.wait()  # finish while the renewal is inside its update
+        return WorkReply(worker="w", text="done", usage=Usage(calls=1))
+
+    start = time.monotonic()
+    reply = await asyncio.wait_for(ledger.run(_req(task_id="t-swallow"), "d" * 64, compute), timeout=10)
+    assert reply.text == "done" and time.monotonic() - start < 5
+    await asyncio.sleep(0.3)  # the renewal loop has ended: no task of it is left
+    assert not [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "CallLedger._renew"]
