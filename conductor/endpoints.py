@@ -169,4 +169,4 @@ class EndpointServer:
             log.warning("drain timed out; cancelling handlers", handlers=len(still))
             for task in still:
                 task.cancel()
-            await asyncio.gather(*still, return_exceptions=True)
+            await asyncio.wait(still, timeout=1.0)  # bounded: see conductor.aio.stop_task

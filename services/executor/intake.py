@@ -18,13 +18,13 @@ While a task runs, an in-progress ack every ``ack_wait/3`` keeps JetStream from 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import msgspec
 import structlog
 from nats.aio.msg import Msg
 
 from conductor import metrics
+from conductor.aio import stop_task
 from conductor.wire import WireError, decode
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import SolveRequest, SolveResult
@@ -41,6 +41,7 @@ PULL_EXPIRY_S = 1.0  # how long one fetch (pull request) of the task consumer wa
 # A task released at shutdown is redelivered after this: JetStream would otherwise hand it straight back to a
 # pull request this draining process left open, and that delivery is lost until AckWait (measured: 30 s).
 RELEASE_DELAY_S = 2 * PULL_EXPIRY_S
+HEARTBEAT_STOP_S = 1.0  # how long a finished task waits for its heartbeat to stop
 
 
 def is_transient(error: ErrorInfo | None) -> bool:
@@ -101,9 +102,12 @@ class Intake:
             await self._finish(msg, result, counted=True)
 
     async def _run(self, msg: Msg, req: SolveRequest, resume: TaskCheckpoint | None) -> SolveResult:
-        heartbeat = asyncio.create_task(self._keep_alive(msg))
+        finished = asyncio.Event()
+        heartbeat = asyncio.create_task(self._keep_alive(msg, finished))
         try:
-            return await self.executor.solve(req, resume=resume, checkpoint=self.store.save_checkpoint, durable=True)
+            return await self.executor.solve(
+                req, resume=resume, checkpoint=self.store.save_checkpoint, durable=True
+            )
         except asyncio.CancelledError:
             # Shutdown outlasted the drain timeout: hand the task back now (it resumes from its last checkpoint
             # on any replica) rather than leaving it to AckWait.
@@ -113,16 +117,18 @@ class Intake:
             await asyncio.shield(msg.nak(delay=RELEASE_DELAY_S))
             raise
         finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            finished.set()  # ends the heartbeat at its next step even if its cancel is swallowed mid-publish
+            await stop_task(heartbeat, timeout=HEARTBEAT_STOP_S, what="in-progress heartbeat")
 
-    async def _keep_alive(self, msg: Msg) -> None:
-        while True:
+    async def _keep_alive(self, msg: Msg, finished: asyncio.Event) -> None:
+        while not finished.is_set():
             await asyncio.sleep(self.settings.ack_wait_s / 3)
-            await msg.in_progress()
+            if not finished.is_set():
+                await msg.in_progress()
 
-    async def _retry_or_dead_letter(self, msg: Msg, req: SolveRequest, result: SolveResult, delivered: int) -> None:
+    async def _retry_or_dead_letter(
+        self, msg: Msg, req: SolveRequest, result: SolveResult, delivered: int
+    ) -> None:
         assert result.error is not None and req.task_id is not None
         cp = await self.store.checkpoint(req.task_id) or TaskCheckpoint(task_id=req.task_id, request=req)
         errors = [*cp.errors, result.error]
@@ -133,7 +139,9 @@ class Intake:
             await msg.nak(delay=delay)
             return
         log.error("giving up after max deliveries", attempts=delivered, error=result.error.message)
-        await self.store.dead_letter(DeadLetter(task_id=req.task_id, request=req, attempts=delivered, errors=errors))
+        await self.store.dead_letter(
+            DeadLetter(task_id=req.task_id, request=req, attempts=delivered, errors=errors)
+        )
         metrics.DEAD_LETTERS.inc()
         await self._finish(msg, result, counted=True)
 

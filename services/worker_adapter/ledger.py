@@ -41,6 +41,7 @@ import nats.js.errors as js_errors
 import structlog
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from conductor.aio import stop_task
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.work import WorkReply, WorkRequest
 from services.worker_adapter.stats import CallStats
@@ -263,9 +264,8 @@ class CallLedger:
             # reply waiting forever on a renewal loop that never ended (found by the chaos suite). ``done`` ends
             # the loop at its next step whatever happened to the cancel, and the wait here is bounded.
             lease.done = True
-            renewal.cancel()
             try:
-                await asyncio.wait({renewal}, timeout=RENEWAL_STOP_S)
+                await stop_task(renewal, timeout=RENEWAL_STOP_S, what="ledger lease renewal")
             finally:
                 self._settle(key, digest, lease, reply)
 

@@ -44,6 +44,7 @@ import nats.js.errors as js_errors
 import structlog
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from conductor.aio import stop_task
 from conductor.pool import Pool, WorkerSpec
 from schemas.work import ChatMessage
 from services.worker_adapter.stats import CallStats
@@ -55,6 +56,7 @@ log = structlog.get_logger("conductor.worker_adapter")
 T = TypeVar("T")
 KEY_PREFIX = "load"
 CAS_TRIES = 50  # a record rewritten this often under us means something is badly wrong; fail open and log
+TASK_STOP_S = 1.0  # how long to wait for a cancelled mirror or heartbeat to end (see conductor.aio.stop_task)
 MIRROR_CHECK_S = 0.5  # how often the mirror looks for a reconnect (a local counter, no I/O)
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers; only for charging tpm
 
@@ -321,8 +323,7 @@ class SharedLimits:
                 self._reconnects() == seen and not follow.done()
             ):  # nats-py counts reconnects, no callback here
                 await asyncio.wait({follow}, timeout=MIRROR_CHECK_S)
-            follow.cancel()
-            await asyncio.gather(follow, return_exceptions=True)
+            await stop_task(follow, timeout=TASK_STOP_S, what="limits mirror")
             watcher = await self._watch_again()
 
     async def _watch_again(self) -> KeyValue.KeyWatcher:
@@ -341,8 +342,7 @@ class SharedLimits:
     async def aclose(self) -> None:
         """Stop, and hand our slots back now rather than when their lease runs out."""
         for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+            await stop_task(task, timeout=TASK_STOP_S, what="shared limits task")
         for st in self._workers.values():
             if st.slots or self._owner in st.load.holders:
                 st.slots = 0
