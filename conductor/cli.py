@@ -17,11 +17,14 @@ from conductor.settings import DEFAULT_METRICS_PORT, CommonSettings
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from conductor.natsserver import NatsServer, reachable
+    from conductor.process import ProcessSettings, ProcessSettingsError, loop_name, run, settle_gc
     from conductor.runtime import UnknownServiceError, create_services, running, service_names
 
     try:
         names = service_names(args.service)
-    except UnknownServiceError as exc:
+        process = ProcessSettings.from_env(os.environ)
+        loop_kind = loop_name(process)
+    except (UnknownServiceError, ProcessSettingsError) as exc:
         print(f"conductor serve: {exc}", file=sys.stderr)
         return 2
     env = dict(os.environ)
@@ -46,15 +49,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signal.SIGUSR1, dump_tasks)  # `kill -USR1 PID`: where is everything waiting?
         services = create_services(names, env)
         async with running(services, settings, name="+".join(names), strict_metrics_port=port_chosen):
+            settle_gc(process)
             print(
-                f"serving {', '.join(names)} on {settings.nats_url}; Ctrl-C to stop",
+                f"serving {', '.join(names)} on {settings.nats_url} ({loop_kind} loop, gc thresholds "
+                f"{process.gc_thresholds or 'python'}); Ctrl-C to stop",
                 file=sys.stderr,
                 flush=True,
             )
             await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
 
     try:
-        asyncio.run(main())
+        run(main(), process)
     finally:
         if server is not None:
             server.stop()

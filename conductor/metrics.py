@@ -14,6 +14,7 @@ subjects are the unprefixed subject constants.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -44,9 +45,13 @@ def _counter(name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
     return Counter(name, doc, labels, registry=REGISTRY)
 
 
-TASKS = _counter("conductor_tasks", "Tasks finished by the executor, by outcome (ok or the error code).", ["outcome"])
+TASKS = _counter(
+    "conductor_tasks", "Tasks finished by the executor, by outcome (ok or the error code).", ["outcome"]
+)
 STEPS = _counter("conductor_steps", "Workflow steps run by the executor.", ["worker", "outcome"])
-WORKER_CALLS = _counter("conductor_worker_calls", "Worker calls answered by the worker adapter.", ["worker", "outcome"])
+WORKER_CALLS = _counter(
+    "conductor_worker_calls", "Worker calls answered by the worker adapter.", ["worker", "outcome"]
+)
 WORKER_RETRIES = _counter(
     "conductor_worker_retries",
     "Extra tries of worker calls (attempts - 1); reason: recovered (then succeeded) or exhausted (still failed).",
@@ -58,19 +63,29 @@ WORKER_FAULTS = _counter(
     "each call's last failed try included; replayed and cached replies are not counted again.",
     ["worker", "reason"],
 )
-REDELIVERIES = _counter("conductor_redeliveries", "Durable task deliveries after the first (JetStream redelivery).")
-DEAD_LETTERS = _counter("conductor_dead_letters", "Durable tasks given up after MaxDeliver transient failures.")
+REDELIVERIES = _counter(
+    "conductor_redeliveries", "Durable task deliveries after the first (JetStream redelivery)."
+)
+DEAD_LETTERS = _counter(
+    "conductor_dead_letters", "Durable tasks given up after MaxDeliver transient failures."
+)
 CACHE_HITS = _counter("conductor_cache_hits", "Worker calls answered from the worker-call cache.", ["worker"])
-CACHE_MISSES = _counter("conductor_cache_misses", "Cache-enabled worker calls the cache could not answer.", ["worker"])
+CACHE_MISSES = _counter(
+    "conductor_cache_misses", "Cache-enabled worker calls the cache could not answer.", ["worker"]
+)
 TOKENS = _counter("conductor_tokens", "Worker tokens by direction (input, output).", ["worker", "direction"])
 COST = _counter("conductor_cost_usd", "Worker cost in US dollars.", ["worker"])
-PLANS = _counter("conductor_plans", "Planner replies by outcome (ok, handback or the error code).", ["outcome"])
+PLANS = _counter(
+    "conductor_plans", "Planner replies by outcome (ok, handback or the error code).", ["outcome"]
+)
 PLAN_FALLBACKS = _counter("conductor_plan_fallbacks", "Workflows written by the fallback planner.")
 PLAN_FORMAT_FAILURES = _counter(
     "conductor_plan_format_failures", "Conductor samples rejected as unparseable (each triggers a resample)."
 )
 VERDICTS = _counter("conductor_verdicts", "Verifier verdicts by outcome.", ["outcome"])
-BAD_REQUESTS = _counter("conductor_bad_requests", "Requests rejected as malformed or invalid, by subject.", ["subject"])
+BAD_REQUESTS = _counter(
+    "conductor_bad_requests", "Requests rejected as malformed or invalid, by subject.", ["subject"]
+)
 STAGE_LATENCY = Histogram(
     "conductor_stage_latency_seconds",
     "Latency by stage: solve (task), plan, work (worker call), verify (batch), step (as the executor sees it).",
@@ -79,11 +94,29 @@ STAGE_LATENCY = Histogram(
     registry=REGISTRY,
 )
 WORKER_LATENCY = Histogram(
-    "conductor_worker_latency_seconds", "Worker call latency by worker.", ["worker"], buckets=_BUCKETS, registry=REGISTRY
+    "conductor_worker_latency_seconds",
+    "Worker call latency by worker.",
+    ["worker"],
+    buckets=_BUCKETS,
+    registry=REGISTRY,
 )
 
 _REJECTED = {ErrorCode.BAD_REQUEST, ErrorCode.PAYLOAD_TOO_LARGE}
 _FAULT_REASONS = frozenset(str(r) for r in FaultReason)
+
+
+_SERIES: dict[tuple[object, tuple[str, ...]], Any] = {}
+
+
+def _series(metric: Counter | Histogram, *labels: str) -> Any:
+    """``metric.labels(*labels)``, looked up once per label set: prometheus_client's ``labels()`` validates and
+    locks on every call, a measurable share of a worker call's CPU at thousands of calls per second. Bounded for
+    the same reason the label values are (module docstring)."""
+    key = (metric, labels)
+    child = _SERIES.get(key)
+    if child is None:
+        child = _SERIES[key] = metric.labels(*labels)
+    return child
 
 
 def outcome(error: ErrorInfo | None) -> str:
@@ -96,31 +129,31 @@ def exposition() -> bytes:
 
 
 def bad_request(subject: str) -> None:
-    BAD_REQUESTS.labels(subject).inc()
+    _series(BAD_REQUESTS, subject).inc()
 
 
 def task_finished(result: SolveResult, subject: str) -> None:
     """A final result left the executor: count it; a rejected request also counts as a bad request on ``subject``
     and stays out of the latency histogram (it never ran)."""
-    TASKS.labels(outcome(result.error)).inc()
+    _series(TASKS, outcome(result.error)).inc()
     if result.error is not None and result.error.code in _REJECTED:
         bad_request(subject)
         return
-    STAGE_LATENCY.labels("solve").observe(result.latency_s)
+    _series(STAGE_LATENCY, "solve").observe(result.latency_s)
 
 
 def step_finished(worker: str, error: ErrorInfo | None, seconds: float) -> None:
-    STEPS.labels(worker, outcome(error)).inc()
-    STAGE_LATENCY.labels("step").observe(seconds)
+    _series(STEPS, worker, outcome(error)).inc()
+    _series(STAGE_LATENCY, "step").observe(seconds)
 
 
 def plan_finished(reply: PlanReply, seconds: float) -> None:
-    PLANS.labels("handback" if reply.error is None and reply.handback else outcome(reply.error)).inc()
+    _series(PLANS, "handback" if reply.error is None and reply.handback else outcome(reply.error)).inc()
     if reply.fallback_used:
         PLAN_FALLBACKS.inc()
     if reply.format_failures:
         PLAN_FORMAT_FAILURES.inc(len(reply.format_failures))
-    STAGE_LATENCY.labels("plan").observe(seconds)
+    _series(STAGE_LATENCY, "plan").observe(seconds)
 
 
 def work_finished(req: WorkRequest, reply: WorkReply, subject: str) -> None:
@@ -132,25 +165,27 @@ def work_finished(req: WorkRequest, reply: WorkReply, subject: str) -> None:
         bad_request(subject)  # the worker name may be anything here: no per-worker series for it
         return
     worker = reply.worker
-    WORKER_CALLS.labels(worker, outcome(reply.error)).inc()
+    _series(WORKER_CALLS, worker, outcome(reply.error)).inc()
     if reply.attempts > 1 and not reply.replayed:
-        WORKER_RETRIES.labels(worker, "recovered" if reply.error is None else "exhausted").inc(reply.attempts - 1)
+        _series(WORKER_RETRIES, worker, "recovered" if reply.error is None else "exhausted").inc(
+            reply.attempts - 1
+        )
     if not (reply.replayed or reply.cached):
         for reason, n in reply.faults.items():
-            WORKER_FAULTS.labels(worker, reason if reason in _FAULT_REASONS else "other").inc(n)
+            _series(WORKER_FAULTS, worker, reason if reason in _FAULT_REASONS else "other").inc(n)
     if req.cache:
-        (CACHE_HITS if reply.cached else CACHE_MISSES).labels(worker).inc()
+        _series(CACHE_HITS if reply.cached else CACHE_MISSES, worker).inc()
     if reply.usage.input_tokens:
-        TOKENS.labels(worker, "input").inc(reply.usage.input_tokens)
+        _series(TOKENS, worker, "input").inc(reply.usage.input_tokens)
     if reply.usage.output_tokens:
-        TOKENS.labels(worker, "output").inc(reply.usage.output_tokens)
+        _series(TOKENS, worker, "output").inc(reply.usage.output_tokens)
     if reply.usage.cost_usd:
-        COST.labels(worker).inc(reply.usage.cost_usd)
-    WORKER_LATENCY.labels(worker).observe(reply.latency_s)
-    STAGE_LATENCY.labels("work").observe(reply.latency_s)
+        _series(COST, worker).inc(reply.usage.cost_usd)
+    _series(WORKER_LATENCY, worker).observe(reply.latency_s)
+    _series(STAGE_LATENCY, "work").observe(reply.latency_s)
 
 
 def verified(verdicts: Sequence[Verdict], seconds: float) -> None:
     for v in verdicts:
-        VERDICTS.labels(str(v.outcome)).inc()
-    STAGE_LATENCY.labels("verify").observe(seconds)
+        _series(VERDICTS, str(v.outcome)).inc()
+    _series(STAGE_LATENCY, "verify").observe(seconds)

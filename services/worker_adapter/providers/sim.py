@@ -278,6 +278,15 @@ class SimProvider:
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
         self._datasets: dict[str, Dataset] = {}  # keyed by the pool's dataset string: no path work per call
+        self._latents: dict[tuple[int, str, str], float] = {}
+
+    def _latent(self, seed: int, worker: str, question: str) -> float:
+        """The worker's fixed aptitude for one question (a draw of its own); remembered, as the dataset bounds it."""
+        key = (seed, worker, question)
+        value = self._latents.get(key)
+        if value is None:
+            value = self._latents[key] = _rng(seed, worker, question, "latent").random()
+        return value
 
     def dataset(self, sim: SimSpec) -> Dataset:
         found = self._datasets.get(sim.dataset)
@@ -298,7 +307,9 @@ class SimProvider:
         call = (sim.seed, spec.name, question, reading.subtask, reading.context, params.sample)
         rng = _rng(*call)
         await asyncio.sleep(sim.latency_s + sim.latency_jitter_s * rng.random())
-        if _rng(*call, "fail", params.attempt).random() < sim.failure_rate:  # a fresh draw per attempt
+        if (
+            sim.failure_rate and _rng(*call, "fail", params.attempt).random() < sim.failure_rate
+        ):  # fresh per try
             raise TransientProviderError(
                 "simulated provider error",
                 reason=FaultReason.SERVER_ERROR,
@@ -321,7 +332,7 @@ class SimProvider:
             return UNKNOWN_TEXT
         skill = sim.skill.get(record.domain, sim.default_skill)
         review = is_review(reading.subtask) and bool(reading.earlier)
-        latent = _rng(sim.seed, spec.name, record.question, "latent").random()
+        latent = self._latent(sim.seed, spec.name, record.question)
         answer = choose_answer(rng, latent, skill, record, reading.earlier, review)
         return render(record.domain, answer, rng, review)
 
