@@ -112,7 +112,11 @@ async def raw_round_trip(url: str, n: int = 3000) -> dict[str, float]:
         await nc.request("bench.raw", b"x" * 64, timeout=5)
         lat.append(time.perf_counter() - t)
     await nc.close()
-    return {"p50_ms": pct(lat, 0.5) * 1e3, "p90_ms": pct(lat, 0.9) * 1e3, "mean_ms": statistics.fmean(lat) * 1e3}
+    return {
+        "p50_ms": pct(lat, 0.5) * 1e3,
+        "p90_ms": pct(lat, 0.9) * 1e3,
+        "mean_ms": statistics.fmean(lat) * 1e3,
+    }
 
 
 def rss_mib(pid: int, field: str = "VmRSS") -> float:
@@ -121,6 +125,12 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     raise LookupError(field)
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def report(result: dict[str, object]) -> None:
@@ -134,4 +144,14 @@ def tempdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="conductor-bench-"))
 
 
-__all__ = ["NatsServer", "Processes", "pct", "raw_round_trip", "report", "rss_mib", "tempdir", "zero_latency_pool"]
+__all__ = [
+    "NatsServer",
+    "Processes",
+    "cpu_s",
+    "pct",
+    "raw_round_trip",
+    "report",
+    "rss_mib",
+    "tempdir",
+    "zero_latency_pool",
+]
