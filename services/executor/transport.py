@@ -51,7 +51,9 @@ _NOT_ANSWERED = (nats.errors.TimeoutError, nats.errors.NoRespondersError, Timeou
 
 class NatsTransport:
     def __init__(self, broker: NatsBroker, settings: CommonSettings) -> None:
-        self._broker = broker
+        # The nats-py client of a connected broker: the same object across reconnects, and FastStream's
+        # ``connection`` property is a measurable cost at five requests and publishes per task.
+        self._nc = broker.connection
         self._plan = settings.subject(PLAN_SUBJECT)
         self._work = settings.subject(WORK_SUBJECT)
         self._verify = settings.subject(VERIFY_SUBJECT)
@@ -61,7 +63,7 @@ class NatsTransport:
         try:
             # The connection's own request/publish: the hot path skips FastStream's publisher middleware stack
             # (a measured ~0.1 ms per hop), the services' subscribers are FastStream handlers all the same.
-            msg = await self._broker.connection.request(subject, payload, timeout=timeout)
+            msg = await self._nc.request(subject, payload, timeout=timeout)
         except _NOT_ANSWERED as exc:
             return unavailable(service, exc)
         return msg.data
@@ -94,4 +96,4 @@ class NatsTransport:
             return VerifyBatchResult(error=malformed_reply("verifier", exc))
 
     async def progress(self, event: ProgressEvent) -> None:
-        await self._broker.connection.publish(self._settings.subject(progress_subject(event.task_id)), encode(event))
+        await self._nc.publish(self._settings.subject(progress_subject(event.task_id)), encode(event))
