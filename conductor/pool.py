@@ -4,6 +4,10 @@ A pool file is TOML::
 
     reveal_names = false          # PAPER.md §1: workers are shown by ordinal + description, names hidden
 
+    [budget]                      # optional per-task defaults for this pool; a request's budget overrides them
+    max_cost_usd = 0.50
+    max_wall_s = 300
+
     [[workers]]
     name = "gpt-5"                # the operator's name; requests and results use it, the Conductor never sees it
     provider = "openai"           # openai | anthropic | openai_compatible | local | sim
@@ -41,6 +45,7 @@ from typing import Literal
 import msgspec
 
 from schemas.plan import WorkerCard
+from schemas.solve import Budget
 
 Provider = Literal["openai", "anthropic", "openai_compatible", "local", "sim"]
 
@@ -93,6 +98,10 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 class Pool(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     workers: list[WorkerSpec]
     reveal_names: bool = False
+    # Per-task budget defaults for tasks on this pool (a `[budget]` table: max_calls, max_tokens, max_cost_usd,
+    # max_wall_s). They override the executor's CONDUCTOR_BUDGET_MAX_* defaults; a request's own budget overrides
+    # both, field by field.
+    budget: Budget | None = None
     base_dir: str = "."  # directory the file was read from; relative paths resolve against it
 
     def names(self) -> list[str]:
@@ -128,6 +137,11 @@ def parse_pool(text: str, *, base_dir: str = ".") -> Pool:
     except tomllib.TOMLDecodeError as exc:
         raise PoolError(f"pool file is not valid TOML: {exc}") from exc
     raw.pop("base_dir", None)
+    budget = raw.get("budget")
+    if isinstance(budget, dict):
+        unknown = sorted(set(budget) - set(Budget.__struct_fields__))
+        if unknown:
+            raise PoolError(f"budget: unknown field(s) {unknown}; known: {list(Budget.__struct_fields__)}")
     try:
         pool = msgspec.convert({**raw, "base_dir": base_dir}, Pool)
     except msgspec.ValidationError as exc:
@@ -139,6 +153,11 @@ def parse_pool(text: str, *, base_dir: str = ".") -> Pool:
 def _check(pool: Pool) -> None:
     if not pool.workers:
         raise PoolError("pool file names no workers")
+    if pool.budget is not None:
+        for name in Budget.__struct_fields__:
+            value = getattr(pool.budget, name)
+            if value is not None and value <= 0:
+                raise PoolError(f"budget.{name} must be positive, got {value}")
     seen: set[str] = set()
     for i, w in enumerate(pool.workers):
         where = f"workers[{i}] ({w.name!r})"

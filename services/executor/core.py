@@ -166,7 +166,7 @@ class _TaskRun:
         self.req = state.request
         self.workers = ex.pool.subset(self.req.pool)
         self.meter = BudgetMeter(
-            merge_budget(ex.settings.default_budget, self.req.budget),
+            merge_budget(merge_budget(ex.settings.default_budget, ex.pool.budget), self.req.budget),
             spent=_budget_spent(state.all_rounds()),
             wall_offset_s=state.wall_offset_s,
         )

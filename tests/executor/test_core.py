@@ -202,3 +202,24 @@ async def test_resume_between_rounds_and_budget_carries_over():
     t3 = ScriptedTransport([wf([1], ["all"])])
     res = await Executor(POOL, SETTINGS, t3).solve(limited, resume=msgspec.structs.replace(between, request=limited))
     assert res.error.code == ErrorCode.BUDGET_EXCEEDED and not t3.work_requests
+
+
+async def test_pool_budget_defaults_apply_and_the_request_overrides_them_field_by_field():
+    pool = msgspec.structs.replace(POOL, budget=Budget(max_calls=1, max_tokens=10**9))
+    t = ScriptedTransport([wf([0, 1, 2], [[], "all", "all"])])
+    res = await Executor(pool, SETTINGS, t).solve(SolveRequest(question="Q?"))
+    assert res.error.code == ErrorCode.BUDGET_EXCEEDED and "max_calls=1" in res.error.message
+    assert len(t.work_requests) == 1
+    t = ScriptedTransport([wf([0, 1, 2], [[], "all", "all"])])
+    res = await Executor(pool, SETTINGS, t).solve(SolveRequest(question="Q?", budget=Budget(max_calls=5)))
+    assert res.error is None and len(t.work_requests) == 3  # the request's max_calls wins; max_tokens still holds
+
+
+async def test_request_budget_overrides_the_executor_default_when_the_pool_sets_none():
+    settings = msgspec.structs.replace(SETTINGS, default_budget=Budget(max_calls=1))
+    t = ScriptedTransport([wf([0, 1], [[], "all"])])
+    res = await Executor(POOL, settings, t).solve(SolveRequest(question="Q?"))
+    assert res.error.code == ErrorCode.BUDGET_EXCEEDED
+    t = ScriptedTransport([wf([0, 1], [[], "all"])])
+    res = await Executor(POOL, settings, t).solve(SolveRequest(question="Q?", budget=Budget(max_calls=2)))
+    assert res.error is None and len(t.work_requests) == 2

@@ -12,6 +12,7 @@ import pytest
 
 from conductor.pool import Pool, PoolError, WorkerSpec, parse_pool
 from schemas.errors import ErrorCode
+from schemas.solve import Budget
 from schemas.work import ChatMessage, FaultReason, WorkRequest
 from services.worker_adapter.config import WorkerAdapterSettings, api_keys
 from services.worker_adapter.core import RetryPolicy, WorkerAdapter
@@ -284,3 +285,15 @@ def test_pool_rejects_thinking_budget_below_the_api_floor():
     text = '[[workers]]\nname = "c"\nprovider = "anthropic"\nmodel = "m"\nthinking_budget = 128\n'
     with pytest.raises(PoolError, match="thinking_budget"):
         parse_pool(text)
+
+
+def test_pool_budget_table_is_parsed_and_checked():
+    base = '[[workers]]\nname = "a"\nprovider = "sim"\n[workers.sim]\ndataset = "x.jsonl"\n'
+    assert parse_pool("[budget]\nmax_cost_usd = 0.5\nmax_wall_s = 300\n" + base).budget == Budget(
+        max_cost_usd=0.5, max_wall_s=300
+    )
+    assert parse_pool(base).budget is None
+    with pytest.raises(PoolError, match=r"unknown field.*max_dollars"):
+        parse_pool("[budget]\nmax_dollars = 1\n" + base)
+    with pytest.raises(PoolError, match=r"budget\.max_calls must be positive"):
+        parse_pool("[budget]\nmax_calls = 0\n" + base)
