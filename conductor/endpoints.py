@@ -16,6 +16,8 @@ Guarantees of ``EndpointServer``:
 - a handler that raises still answers: ``on_error`` turns the exception into the endpoint's typed ``internal`` reply
   (logged with its traceback), so a requester never waits out its timeout for a bug;
 - a message without a reply subject is handled and its answer dropped (a publish is not a request);
+- a reply larger than the server's max_payload becomes the endpoint's typed ``payload_too_large`` reply; a reply
+  that cannot be sent at all (connection gone) is logged, and the requester's timeout covers it;
 - ``stop()`` drains: no new messages are taken (the subscription's pending ones still run), then the in-flight
   handlers get up to ``drain_timeout_s`` to answer; what is still running after that is cancelled;
 - after a NATS reconnect nats-py resubscribes on its own; handlers that were mid-reply get their publish buffered
@@ -143,8 +145,21 @@ class EndpointServer:
 
     async def _serve(self, ep: Endpoint, msg: Msg) -> None:
         out = await answer(ep, msg.data)
-        if msg.reply:
-            await self._nc.publish(msg.reply, out)
+        if not msg.reply:
+            return
+        try:
+            try:
+                await self._nc.publish(msg.reply, out)
+            except nats.errors.MaxPayloadError:
+                log.error("reply over the server's max_payload; answering with an error", subject=ep.subject,
+                          reply_bytes=len(out))  # fmt: skip
+                too_large = ErrorInfo(
+                    code=ErrorCode.PAYLOAD_TOO_LARGE,
+                    message=f"the reply ({len(out)} bytes) exceeds the NATS server's max_payload",
+                )
+                await self._nc.publish(msg.reply, ep.on_error(too_large))
+        except nats.errors.Error as exc:  # closed or lost connection: the requester times out and may retry
+            log.warning("reply not sent", subject=ep.subject, error=repr(exc))
 
     async def stop(self) -> None:
         """Drain (see the module docstring); safe to call twice."""

@@ -148,3 +148,20 @@ async def test_dump_tasks_prints_every_task_with_its_stack():
     text = out.getvalue()
     assert "parked-task" in text and "in parked" in text and "in inner" in text and "in wait" in text
     task.cancel()
+
+
+async def test_a_reply_over_the_servers_max_payload_becomes_a_typed_error(nats_url, subject_prefix):
+    async def huge(body: bytes) -> bytes:
+        return b"x" * (2 * 1024 * 1024)  # nats-server's default max_payload is 1 MiB
+
+    subject = f"{subject_prefix}ep.huge"
+    nc = await nats.connect(nats_url)
+    server = EndpointServer(nc, [_endpoint(subject, huge)], concurrency=2, drain_timeout_s=5)
+    await server.start()
+    try:
+        reply = msgspec.json.decode((await nc.request(subject, b"{}", timeout=5)).data, type=WorkReply)
+        assert reply.error is not None and reply.error.code == ErrorCode.PAYLOAD_TOO_LARGE
+        assert "max_payload" in reply.error.message
+    finally:
+        await server.stop()
+        await nc.close()
