@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
+import nats.errors
 import structlog
 from nats.aio.msg import Msg
 
@@ -123,8 +124,12 @@ class Intake:
     async def _keep_alive(self, msg: Msg, finished: asyncio.Event) -> None:
         while not finished.is_set():
             await asyncio.sleep(self.settings.ack_wait_s / 3)
-            if not finished.is_set():
+            if finished.is_set():
+                return
+            try:
                 await msg.in_progress()
+            except nats.errors.Error as exc:  # e.g. mid-reconnect: the next beat or AckWait's redelivery covers it
+                log.warning("in-progress ack not sent", error=repr(exc))
 
     async def _retry_or_dead_letter(
         self, msg: Msg, req: SolveRequest, result: SolveResult, delivered: int
