@@ -49,7 +49,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signal.SIGUSR1, dump_tasks)  # `kill -USR1 PID`: where is everything waiting?
         services = create_services(names, env)
         async with running(services, settings, name="+".join(names), strict_metrics_port=port_chosen):
-            settle_gc(process)
+            collector = settle_gc(process)
             print(
                 f"serving {', '.join(names)} on {settings.nats_url} ({loop_kind} loop, gc thresholds "
                 f"{process.gc_thresholds or 'python'}); Ctrl-C to stop",
@@ -57,6 +57,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 flush=True,
             )
             await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
+            if collector is not None:
+                collector.cancel()
 
     try:
         run(main(), process)

@@ -6,10 +6,12 @@ Both were measured on the throughput benchmark (bench/throughput_bench.py, 5,000
   CPython 3.11's default thresholds (700, 10, 10) then run a full collection every couple of seconds, each one
   walking every live object: 24 full collections took 42% of the executor's CPU and stalled its event loop for
   ~200 ms at a time. After start-up everything already allocated is frozen out of the collector's view
-  (``gc.freeze()``: modules, pools, compiled schemas never die) and the thresholds become (50000, 20, 10): young
-  collections are rarer and cheaper per object, and a full collection still runs, every 10,000,000 allocations
-  or so, so cyclic garbage stays bounded. ``CONDUCTOR_GC`` = ``"a,b,c"`` sets other thresholds, ``python``
-  keeps CPython's.
+  (``gc.freeze()``: modules, pools, compiled schemas never die) and the thresholds become (200000, 20, 1000).
+  Young collections then run when the live set grows by 200,000 objects, which under a steady load is rare (at
+  50,000 they still took 8-13% of CPU while 5,000 tasks were in flight; at 200,000, under 1%). Full collections
+  come from a timer instead, once a minute (``CONDUCTOR_GC_FULL_EVERY_S``, 0 = never), so cyclic garbage that
+  reached the old generation is still freed: one pause of ~0.2 s a minute at 5,000 tasks in flight.
+  ``CONDUCTOR_GC`` = ``"a,b,c"`` sets other thresholds; ``python`` keeps CPython's and no timer runs.
 - **Event loop.** uvloop (libuv) when it is installed, which it is with the package on Linux and macOS: its
   call_soon, timers and socket writes cost less than asyncio's, about 10-20% of a worker call's CPU here.
   ``CONDUCTOR_EVENT_LOOP=asyncio`` keeps the standard loop.
@@ -26,7 +28,8 @@ import msgspec
 
 T = TypeVar("T")
 
-DEFAULT_GC_THRESHOLDS = (50_000, 20, 10)
+DEFAULT_GC_THRESHOLDS = (200_000, 20, 1000)
+DEFAULT_FULL_GC_EVERY_S = 60.0
 
 
 class ProcessSettingsError(ValueError):
@@ -35,13 +38,28 @@ class ProcessSettingsError(ValueError):
 
 class ProcessSettings(msgspec.Struct, frozen=True, kw_only=True):
     gc_thresholds: tuple[int, int, int] | None = DEFAULT_GC_THRESHOLDS  # None: CPython's own
+    full_gc_every_s: float = DEFAULT_FULL_GC_EVERY_S  # 0: no timer (only with tuned thresholds)
     event_loop: str = "auto"  # auto (uvloop when installed), uvloop, asyncio
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ProcessSettings:
         return cls(
-            gc_thresholds=_gc(env.get("CONDUCTOR_GC")), event_loop=_loop(env.get("CONDUCTOR_EVENT_LOOP"))
+            gc_thresholds=_gc(env.get("CONDUCTOR_GC")),
+            full_gc_every_s=_seconds("CONDUCTOR_GC_FULL_EVERY_S", env.get("CONDUCTOR_GC_FULL_EVERY_S")),
+            event_loop=_loop(env.get("CONDUCTOR_EVENT_LOOP")),
         )
+
+
+def _seconds(name: str, value: str | None) -> float:
+    if value is None or not value.strip():
+        return DEFAULT_FULL_GC_EVERY_S
+    try:
+        seconds = float(value)
+    except ValueError as exc:
+        raise ProcessSettingsError(f"{name} must be a number of seconds (0 = off), got {value!r}") from exc
+    if seconds < 0:
+        raise ProcessSettingsError(f"{name} must be >= 0, got {value!r}")
+    return seconds
 
 
 def _gc(value: str | None) -> tuple[int, int, int] | None:
@@ -89,10 +107,20 @@ def run(main: Coroutine[Any, Any, T], settings: ProcessSettings) -> T:
     return asyncio.run(main)
 
 
-def settle_gc(settings: ProcessSettings) -> None:
-    """Call once start-up is over (services started): freeze what exists, then apply the thresholds."""
+def settle_gc(settings: ProcessSettings) -> asyncio.Task[None] | None:
+    """Call once start-up is over (services started), inside the running loop: freeze what exists, apply the
+    thresholds, and start the full-collection timer (returned; cancel it on shutdown)."""
     if settings.gc_thresholds is None:
-        return
+        return None
     gc.collect()
     gc.freeze()
     gc.set_threshold(*settings.gc_thresholds)
+    if not settings.full_gc_every_s:
+        return None
+    return asyncio.get_running_loop().create_task(_collect_every(settings.full_gc_every_s))
+
+
+async def _collect_every(seconds: float) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        gc.collect()
