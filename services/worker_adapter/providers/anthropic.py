@@ -25,10 +25,8 @@ from services.worker_adapter.provider import (
     CallParams,
     Completion,
     PermanentProviderError,
-    TransientProviderError,
-    classify_status,
 )
-from services.worker_adapter.providers.clients import ClientCache
+from services.worker_adapter.providers.clients import ClientCache, sdk_errors
 
 
 def request_body(spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams) -> dict[str, Any]:
@@ -66,21 +64,10 @@ class AnthropicProvider:
     ) -> Completion:
         client = self._client(spec)
         try:
-            resp = await client.messages.create(
-                **request_body(spec, messages, params), timeout=params.timeout_s
-            )
-        except anthropic.APITimeoutError as exc:
-            raise TransientProviderError(
-                f"timed out after {params.timeout_s:g} s", reason=FaultReason.TIMEOUT, detail="timeout"
-            ) from exc
-        except anthropic.APIConnectionError as exc:
-            raise TransientProviderError(
-                f"connection failed: {exc.message}", reason=FaultReason.CONNECTION, detail=repr(exc.__cause__)
-            ) from exc
-        except anthropic.APIStatusError as exc:
-            raise classify_status(
-                exc.status_code, exc.message, headers=exc.response.headers, body=str(exc.body)
-            ) from exc
+            with sdk_errors(anthropic, params.timeout_s):
+                resp = await client.messages.create(
+                    **request_body(spec, messages, params), timeout=params.timeout_s
+                )
         except anthropic.AnthropicError as exc:  # unusable response or credentials: replaying will not fix it
             reason = (
                 FaultReason.INVALID_RESPONSE if isinstance(exc, anthropic.APIError) else FaultReason.CONFIG

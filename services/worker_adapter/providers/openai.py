@@ -26,10 +26,8 @@ from services.worker_adapter.provider import (
     CallParams,
     Completion,
     PermanentProviderError,
-    TransientProviderError,
-    classify_status,
 )
-from services.worker_adapter.providers.clients import ClientCache
+from services.worker_adapter.providers.clients import ClientCache, sdk_errors
 
 log = structlog.get_logger("conductor.worker_adapter.openai")
 
@@ -90,24 +88,11 @@ class OpenAIProvider:
     ) -> Completion:
         client = self._client(spec)
         try:
-            resp = await client.chat.completions.create(
-                **request_body(spec, messages, params), timeout=params.timeout_s
-            )
-        except openai.APITimeoutError as exc:
-            raise TransientProviderError(
-                f"timed out after {params.timeout_s:g} s", reason=FaultReason.TIMEOUT, detail="timeout"
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise TransientProviderError(
-                f"connection failed: {exc.message}", reason=FaultReason.CONNECTION, detail=repr(exc.__cause__)
-            ) from exc
-        except openai.APIStatusError as exc:
-            raise classify_status(
-                exc.status_code, exc.message, headers=exc.response.headers, body=str(exc.body)
-            ) from exc
-        except (
-            openai.APIError
-        ) as exc:  # e.g. a 2xx whose body is not a chat completion: replaying will not fix it
+            with sdk_errors(openai, params.timeout_s):
+                resp = await client.chat.completions.create(
+                    **request_body(spec, messages, params), timeout=params.timeout_s
+                )
+        except openai.APIError as exc:  # e.g. a 2xx whose body is not a chat completion: replaying will not fix it
             raise PermanentProviderError(
                 f"unusable response: {exc.message}", reason=FaultReason.INVALID_RESPONSE
             ) from exc
