@@ -5,7 +5,9 @@ Every service's request/reply subjects (`conductor.solve`, `.plan`, `.work`, `.v
 
 In production (``conductor.runtime.running``) an ``EndpointServer`` subscribes each endpoint with nats-py and runs
 every message as its own task, at most ``handler_concurrency`` at a time per service; the subscription's pending
-queue holds the rest (back-pressure). FastStream's per-message pipeline (message wrapper, middleware chain,
+queue holds the rest (back-pressure), up to nats-py's limits (524,288 messages, 128 MiB) — beyond them nats-py
+drops messages as a slow consumer and their requesters time out (retryable), rather than the process growing
+without bound. FastStream's per-message pipeline (message wrapper, middleware chain,
 context, publisher) cost about as much CPU as the work itself on the hot worker-call path (bench/throughput_bench.py
 has the figures); it still serves the durable JetStream intake, whose per-message cost is dominated by acks.
 
@@ -36,7 +38,11 @@ import structlog
 from faststream.nats import NatsMessage, NatsRouter
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
+from nats.aio.subscription import (
+    DEFAULT_SUB_PENDING_BYTES_LIMIT,
+    DEFAULT_SUB_PENDING_MSGS_LIMIT,
+    Subscription,
+)
 
 from schemas.errors import ErrorCode, ErrorInfo
 
@@ -104,8 +110,8 @@ class EndpointServer:
         *,
         concurrency: int,
         drain_timeout_s: float,
-        pending_msgs_limit: int = 1_000_000,
-        pending_bytes_limit: int = 1024 * 1024 * 1024,
+        pending_msgs_limit: int = DEFAULT_SUB_PENDING_MSGS_LIMIT,
+        pending_bytes_limit: int = DEFAULT_SUB_PENDING_BYTES_LIMIT,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
