@@ -155,3 +155,26 @@ async def test_sigterm_with_a_durable_task_in_flight_loses_nothing(nats_url, sub
         assert [s.error for s in result.workflows[0].steps] == [None, None, None]
     finally:
         serve.kill()
+
+
+def test_sigusr1_dumps_every_task_and_the_service_keeps_serving(tmp_path, nats_url, subject_prefix):
+    env = {
+        "NATS_URL": nats_url,
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        "CONDUCTOR_LOG_LEVEL": "ERROR",
+        "CONDUCTOR_METRICS_PORT": "0",
+    }
+    serve = Serve(env, tmp_path / "serve.log").start()
+    try:
+        assert serve.proc is not None
+        serve.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 20
+        while b"--- end of tasks ---" not in serve.log.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dump = serve.log.read_text()
+        assert "asyncio tasks ---" in dump and "--- end of tasks ---" in dump, dump[-2000:]
+        assert "in main" in dump  # the serve coroutine, with where it waits
+        assert serve.proc.poll() is None
+        assert serve.terminate() == 0
+    finally:
+        serve.kill()
