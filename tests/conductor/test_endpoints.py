@@ -11,7 +11,7 @@ import nats.errors
 import pytest
 
 from conductor.cli import dump_tasks
-from conductor.endpoints import Endpoint, EndpointServer
+from conductor.endpoints import Endpoint, EndpointServer, Requester
 from conductor.wire import encode
 from schemas.errors import ErrorCode
 from schemas.work import WorkReply
@@ -165,3 +165,35 @@ async def test_a_reply_over_the_servers_max_payload_becomes_a_typed_error(nats_u
     finally:
         await server.stop()
         await nc.close()
+
+
+async def test_requester_matches_concurrent_replies_and_raises_like_nats_py(nats_url, subject_prefix):
+    async def echo(body: bytes) -> bytes:
+        await asyncio.sleep(0.001 * (int(body) % 7))  # replies come back out of order
+        return b"re:" + body
+
+    async def silent(body: bytes) -> bytes:
+        await asyncio.Event().wait()
+        return body
+
+    nc = await nats.connect(nats_url)
+    served = f"{subject_prefix}rq.echo"
+    hung = f"{subject_prefix}rq.hung"
+    server = EndpointServer(
+        nc, [_endpoint(served, echo), _endpoint(hung, silent)], concurrency=64, drain_timeout_s=0.2
+    )
+    await server.start()
+    requester = Requester(nc)
+    try:
+        replies = await asyncio.gather(*(requester.request(served, str(i).encode(), timeout=5) for i in range(200)))
+        assert [r.data for r in replies] == [f"re:{i}".encode() for i in range(200)]
+        with pytest.raises(nats.errors.NoRespondersError):
+            await requester.request(f"{subject_prefix}rq.nobody", b"x", timeout=5)
+        with pytest.raises(TimeoutError):
+            await requester.request(hung, b"x", timeout=0.2)
+        assert not requester._pending  # nothing left behind by answered, refused or timed-out requests
+    finally:
+        await server.stop()
+        await nc.close()
+    with pytest.raises(nats.errors.ConnectionClosedError):
+        await requester.request(served, b"x", timeout=1)
