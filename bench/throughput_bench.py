@@ -1,7 +1,7 @@
 """Throughput of 3-step solves and behaviour under 5,000 concurrent tasks (issue: durable execution).
 
-Services run as real processes on a private nats-server: `conductor serve executor` and
-`conductor serve planner,worker-adapter,verifier`. Every task is a 3-step sequential workflow (`refine:3`).
+Services run as real processes on a private nats-server, one `conductor serve <service>` each, as they are
+deployed (one pod per service). Every task is a 3-step sequential workflow (`refine:3`).
 
 1. Zero-latency sim workers, 256 tasks in flight: solves per second, beside the raw nats-py round trip measured
    in the same run (round trips per second with 64 in flight, and p50 latency).
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,11 @@ class _Outcome(msgspec.Struct):
 
 
 _outcome = msgspec.json.Decoder(_Outcome)
+
+
+def serve_each(procs: Processes, env: dict[str, str]) -> dict[str, subprocess.Popen[str]]:
+    """Every service in its own process, as deployed (one pod each); the executor last, once it can be answered."""
+    return {name: procs.serve(name, env) for name in ("verifier", "planner", "worker-adapter", "executor")}
 
 
 async def solve_many(url: str, total: int, in_flight: int, timeout: float) -> tuple[float, int]:
@@ -160,8 +166,7 @@ async def main() -> dict[str, object]:
                 "CONDUCTOR_POOL": str(zero_latency_pool(tmp)),
                 "CONDUCTOR_DURABLE": "0",
             }
-            procs.serve("planner,worker-adapter,verifier", env)
-            procs.serve("executor", env)
+            serve_each(procs, env)
             await solve_many(server.url, 300, 64, 60)  # warm-up
             wall, errors = await solve_many(server.url, 3000, 256, 120)
             out["zero_latency.solves_per_s_256_in_flight"] = round(3000 / wall, 1)
@@ -186,10 +191,10 @@ async def main() -> dict[str, object]:
             out["slow.in_flight"] = in_flight
             out["slow.ideal_solves_per_s"] = round(ideal, 1)
             for start in ("ramped", "burst"):
-                helpers = procs.serve("planner,worker-adapter,verifier", env)
-                executor = procs.serve("executor", env)
+                served = serve_each(procs, env)
+                executor = served["executor"]
                 run = await steady_state(server.url, in_flight, ramp_s=3.0 if start == "ramped" else 0.0,
-                                         pids={"helpers": helpers.pid, "executor": executor.pid})  # fmt: skip
+                                         pids={name: p.pid for name, p in served.items() if name != "verifier"})  # fmt: skip
                 out[f"slow.{start}.solves_per_s"] = round(run.rate, 1)
                 out[f"slow.{start}.fraction_of_ideal"] = round(run.rate / ideal, 3)
                 out[f"slow.{start}.overall_solves_per_s"] = round(run.overall, 1)
