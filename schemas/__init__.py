@@ -12,5 +12,5 @@ Schema evolution rules (checked by the golden-payload tests in tests/schemas):
 """
 
 SCHEMA_VERSION = 2
-"""2: ``WorkReply.faults`` (failed tries by ``FaultReason``); ``WorkRequest.idempotent`` also landed after the v1
-golden payloads."""
+"""2: ``WorkReply.faults`` (failed tries by ``FaultReason``), ``SolveRequest.progress``; ``WorkRequest.idempotent``
+also landed after the v1 golden payloads."""

@@ -47,6 +47,9 @@ class SolveRequest(msgspec.Struct, frozen=True, kw_only=True):
     policy: str | None = None  # planner policy override, e.g. "single", "moa"
     budget: Budget | None = None
     cache: bool = False
+    # Publish progress events on conductor.progress.<task_id> (a few per step); batch clients and training rollouts,
+    # which never watch them, turn them off and save the executor that work.
+    progress: bool = True
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):

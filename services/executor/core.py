@@ -145,7 +145,8 @@ class Executor:
         with structlog.contextvars.bound_contextvars(task_id=task_id):
             result = await _TaskRun(self, state, checkpoint, durable=durable).run()
         result = msgspec.structs.replace(result, latency_s=time.monotonic() - started + state.wall_offset_s)
-        await self.progress(ProgressEvent(task_id=task_id, kind="done", error=result.error))
+        if req.progress:
+            await self.progress(ProgressEvent(task_id=task_id, kind="done", error=result.error))
         return result
 
     async def progress(self, event: ProgressEvent) -> None:
@@ -172,6 +173,10 @@ class _TaskRun:
         )
         self._checkpoint = checkpoint
         self._save_lock = asyncio.Lock()
+
+    async def emit(self, event: ProgressEvent) -> None:
+        if self.req.progress:
+            await self.ex.progress(event)
 
     async def save(self) -> None:
         if self._checkpoint is None:
@@ -240,7 +245,7 @@ class _TaskRun:
             return None, True
         st.current, st.workflow = record, plan.workflow
         await self.save()
-        await self.ex.progress(
+        await self.emit(
             ProgressEvent(task_id=st.task_id, kind="planned", round=rnd, steps_planned=len(plan.workflow))
         )
         return None, False
@@ -314,7 +319,7 @@ class _TaskRun:
         )
         metrics.step_finished(worker.name, reply.error, time.monotonic() - started)
         self.meter.add(reply.usage)
-        await self.ex.progress(
+        await self.emit(
             ProgressEvent(
                 task_id=self.state.task_id,
                 kind="step_done",

@@ -223,3 +223,12 @@ async def test_request_budget_overrides_the_executor_default_when_the_pool_sets_
     t = ScriptedTransport([wf([0, 1], [[], "all"])])
     res = await Executor(POOL, settings, t).solve(SolveRequest(question="Q?", budget=Budget(max_calls=2)))
     assert res.error is None and len(t.work_requests) == 2
+
+
+async def test_progress_events_can_be_turned_off_per_request():
+    t = ScriptedTransport([wf([0, 1], [[], "all"])])
+    res = await run(t)
+    assert res.error is None and [e.kind for e in t.events] == ["planned", "step_done", "step_done", "done"]
+    quiet = ScriptedTransport([wf([0, 1], [[], "all"])])
+    res = await run(quiet, progress=False)
+    assert res.error is None and len(quiet.work_requests) == 2 and quiet.events == []

@@ -89,6 +89,7 @@ PAYLOADS: dict[str, object] = {
         attempts=3,
         faults={FaultReason.RATE_LIMITED.value: 1, FaultReason.TIMEOUT.value: 1},
     ),
+    "solve_request_v2": msgspec.structs.replace(SOLVE_REQ, progress=False, cache=True),
     "work_request_v2": WorkRequest(
         worker="sim-math",
         messages=[ChatMessage(role="user", content="q\n\nsolve it")],

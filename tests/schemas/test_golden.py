@@ -52,9 +52,30 @@ def test_golden_payload_decodes_and_keeps_its_fields(path: Path):
     raw = path.read_bytes()
     obj = msgspec.json.decode(raw, type=_kind(path))
     again = json.loads(msgspec.json.encode(obj))
-    original = json.loads(raw)
-    for key, value in original.items():  # fields may be added (with defaults), never dropped or changed
-        assert again[key] == value, key
+    _keeps(json.loads(raw), again, "$")
+
+
+def _keeps(original: object, again: object, where: str) -> None:
+    """Fields may be added (with defaults) at any depth, never dropped or changed."""
+    if isinstance(original, dict):
+        assert isinstance(again, dict), where
+        for key, value in original.items():
+            assert key in again, f"{where}.{key} was dropped"
+            _keeps(value, again[key], f"{where}.{key}")
+    elif isinstance(original, list):
+        assert isinstance(again, list) and len(again) == len(original), where
+        for i, (a, b) in enumerate(zip(original, again, strict=True)):
+            _keeps(a, b, f"{where}[{i}]")
+    else:
+        assert again == original, where
+
+
+def test_the_field_check_looks_inside_nested_structs():
+    _keeps({"request": {"q": 1}}, {"request": {"q": 1, "new": True}}, "$")  # an added nested field is fine
+    with pytest.raises(AssertionError, match=r"\$\.request\.q"):
+        _keeps({"request": {"q": 1}}, {"request": {"q": 2}}, "$")
+    with pytest.raises(AssertionError, match="dropped"):
+        _keeps({"steps": [{"a": 1}]}, {"steps": [{}]}, "$")
 
 
 def test_unknown_fields_are_ignored_for_forward_compatibility():
