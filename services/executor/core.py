@@ -142,11 +142,11 @@ class Executor:
         if error is not None:
             return SolveResult(task_id=task_id, error=error)
         state = TaskState.resume(resume) if resume is not None else TaskState(task_id, req)
+        run = _TaskRun(self, state, checkpoint, durable=durable)
         with structlog.contextvars.bound_contextvars(task_id=task_id):
-            result = await _TaskRun(self, state, checkpoint, durable=durable).run()
+            result = await run.run()
         result = msgspec.structs.replace(result, latency_s=time.monotonic() - started + state.wall_offset_s)
-        if req.progress:
-            await self.progress(ProgressEvent(task_id=task_id, kind="done", error=result.error))
+        await run.emit(ProgressEvent(task_id=task_id, kind="done", error=result.error))
         return result
 
     async def progress(self, event: ProgressEvent) -> None:
@@ -175,6 +175,7 @@ class _TaskRun:
         self._save_lock = asyncio.Lock()
 
     async def emit(self, event: ProgressEvent) -> None:
+        """The one place a task's progress events go out, unless its request turned them off."""
         if self.req.progress:
             await self.ex.progress(event)
 
