@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 
 import msgspec
@@ -17,6 +18,19 @@ from schemas.errors import ErrorCode
 from schemas.work import WorkReply
 
 pytestmark = pytest.mark.nats
+
+
+@contextlib.asynccontextmanager
+async def _served(url: str, endpoints: list[Endpoint], *, concurrency: int, drain_timeout_s: float = 5):
+    """A connection with the endpoints served on it; stopped and closed on exit."""
+    nc = await nats.connect(url)
+    server = EndpointServer(nc, endpoints, concurrency=concurrency, drain_timeout_s=drain_timeout_s)
+    await server.start()
+    try:
+        yield nc, server
+    finally:
+        await server.stop()
+        await nc.close()
 
 
 def _endpoint(subject: str, handler) -> Endpoint:
@@ -41,16 +55,12 @@ async def test_requests_run_concurrently_up_to_the_limit_and_all_are_answered(na
         return body.upper()
 
     subject = f"{subject_prefix}ep.slow"
-    nc = await nats.connect(nats_url)
-    server = EndpointServer(nc, [_endpoint(subject, slow)], concurrency=3, drain_timeout_s=5)
-    await server.start()
-    try:
-        replies = await asyncio.gather(*(nc.request(subject, f"m{i}".encode(), timeout=10) for i in range(12)))
+    async with _served(nats_url, [_endpoint(subject, slow)], concurrency=3) as (nc, _):
+        replies = await asyncio.gather(
+            *(nc.request(subject, f"m{i}".encode(), timeout=10) for i in range(12))
+        )
         assert [r.data for r in replies] == [f"M{i}".encode() for i in range(12)]
         assert peak == 3  # twelve requests, never more than three handlers at once
-    finally:
-        await server.stop()
-        await nc.close()
 
 
 async def test_a_handler_that_raises_answers_with_a_typed_internal_error(nats_url, subject_prefix):
@@ -58,19 +68,13 @@ async def test_a_handler_that_raises_answers_with_a_typed_internal_error(nats_ur
         raise KeyError("no such thing")
 
     subject = f"{subject_prefix}ep.broken"
-    nc = await nats.connect(nats_url)
-    server = EndpointServer(nc, [_endpoint(subject, broken)], concurrency=4, drain_timeout_s=5)
-    await server.start()
-    try:
+    async with _served(nats_url, [_endpoint(subject, broken)], concurrency=4) as (nc, _):
         reply = msgspec.json.decode((await nc.request(subject, b"{}", timeout=5)).data, type=WorkReply)
         assert reply.error is not None and reply.error.code == ErrorCode.INTERNAL
         assert "KeyError" in reply.error.message and reply.error.retryable
         # the server keeps serving after a failure
         again = msgspec.json.decode((await nc.request(subject, b"{}", timeout=5)).data, type=WorkReply)
         assert again.error is not None and again.error.code == ErrorCode.INTERNAL
-    finally:
-        await server.stop()
-        await nc.close()
 
 
 async def test_stop_lets_in_flight_handlers_answer_and_then_takes_nothing_more(nats_url, subject_prefix):
@@ -155,16 +159,10 @@ async def test_a_reply_over_the_servers_max_payload_becomes_a_typed_error(nats_u
         return b"x" * (2 * 1024 * 1024)  # nats-server's default max_payload is 1 MiB
 
     subject = f"{subject_prefix}ep.huge"
-    nc = await nats.connect(nats_url)
-    server = EndpointServer(nc, [_endpoint(subject, huge)], concurrency=2, drain_timeout_s=5)
-    await server.start()
-    try:
+    async with _served(nats_url, [_endpoint(subject, huge)], concurrency=2) as (nc, _):
         reply = msgspec.json.decode((await nc.request(subject, b"{}", timeout=5)).data, type=WorkReply)
         assert reply.error is not None and reply.error.code == ErrorCode.PAYLOAD_TOO_LARGE
         assert "max_payload" in reply.error.message
-    finally:
-        await server.stop()
-        await nc.close()
 
 
 async def test_requester_matches_concurrent_replies_and_raises_like_nats_py(nats_url, subject_prefix):
@@ -176,24 +174,19 @@ async def test_requester_matches_concurrent_replies_and_raises_like_nats_py(nats
         await asyncio.Event().wait()
         return body
 
-    nc = await nats.connect(nats_url)
     served = f"{subject_prefix}rq.echo"
     hung = f"{subject_prefix}rq.hung"
-    server = EndpointServer(
-        nc, [_endpoint(served, echo), _endpoint(hung, silent)], concurrency=64, drain_timeout_s=0.2
-    )
-    await server.start()
-    requester = Requester(nc)
-    try:
-        replies = await asyncio.gather(*(requester.request(served, str(i).encode(), timeout=5) for i in range(200)))
+    endpoints = [_endpoint(served, echo), _endpoint(hung, silent)]
+    async with _served(nats_url, endpoints, concurrency=64, drain_timeout_s=0.2) as (nc, _):
+        requester = Requester(nc)
+        replies = await asyncio.gather(
+            *(requester.request(served, str(i).encode(), timeout=5) for i in range(200))
+        )
         assert [r.data for r in replies] == [f"re:{i}".encode() for i in range(200)]
         with pytest.raises(nats.errors.NoRespondersError):
             await requester.request(f"{subject_prefix}rq.nobody", b"x", timeout=5)
         with pytest.raises(TimeoutError):
             await requester.request(hung, b"x", timeout=0.2)
         assert not requester._pending  # nothing left behind by answered, refused or timed-out requests
-    finally:
-        await server.stop()
-        await nc.close()
     with pytest.raises(nats.errors.ConnectionClosedError):
         await requester.request(served, b"x", timeout=1)
