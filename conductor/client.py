@@ -6,6 +6,7 @@ JSON ``SolveResult`` reply; subscribe to ``conductor.progress.<task_id>`` first 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 
@@ -13,12 +14,14 @@ import msgspec
 import nats
 import nats.errors
 
+from conductor import tracing
+from conductor.liveness import request_headers
 from conductor.settings import CommonSettings
 from conductor.wire import encode
-from schemas.solve import SOLVE_SUBJECT, ProgressEvent, SolveRequest, SolveResult, progress_subject
+from schemas.solve import SOLVE, ProgressEvent, SolveRequest, SolveResult, progress_subject
 from schemas.tasks import Names
 
-_result_dec = msgspec.json.Decoder(SolveResult)
+_result_dec = msgspec.json.Decoder(SOLVE.reply)
 _event_dec = msgspec.json.Decoder(ProgressEvent)
 
 
@@ -31,16 +34,21 @@ class ResultNotReadyError(LookupError):
 
 
 class ConductorClient:
-    def __init__(self, settings: CommonSettings) -> None:
+    """``async with ConductorClient(settings)`` connects and drains its own connection; with ``nc`` (a process that
+    already holds a connection, e.g. the gateway) it borrows that one and never closes it."""
+
+    def __init__(self, settings: CommonSettings, *, nc: nats.NATS | None = None) -> None:
         self.settings = settings
-        self._nc: nats.NATS | None = None
+        self._nc = nc
+        self._owned = nc is None
 
     async def __aenter__(self) -> ConductorClient:
-        self._nc = await nats.connect(self.settings.nats_url, name="conductor-client")
+        if self._owned:
+            self._nc = await nats.connect(self.settings.nats_url, name="conductor-client")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._nc is not None:
+        if self._owned and self._nc is not None:
             await self._nc.drain()
 
     async def solve(
@@ -62,7 +70,12 @@ class ConductorClient:
 
             sub = await self._nc.subscribe(self.settings.subject(progress_subject(req.task_id or "")), cb=_on_event)
         try:
-            reply = await self._nc.request(self.settings.subject(SOLVE_SUBJECT), encode(req), timeout=timeout)
+            # The deadline travels with the solve (conductor/liveness.py): once this client stops waiting, the
+            # executor starts no further paid calls for it.
+            headers = tracing.headers(request_headers(None, time.time() + timeout))
+            reply = await self._nc.request(
+                self.settings.subject(SOLVE.subject), encode(req), timeout=timeout, headers=headers
+            )
         except nats.errors.TimeoutError as exc:
             raise SolveTimeoutError(f"no result for task {req.task_id} within {timeout}s") from exc
         finally:
@@ -77,7 +90,7 @@ class ConductorClient:
         req = msgspec.structs.replace(req, task_id=task_id)
         names = Names.for_prefix(self.settings.subject_prefix)
         js = self._nc.jetstream()
-        await js.publish(names.submit_subject, encode(req), stream=names.tasks_stream, headers={"Nats-Msg-Id": task_id})
+        await js.publish(names.submit_subject, encode(req), stream=names.tasks_stream, headers=tracing.headers({"Nats-Msg-Id": task_id}))
         return task_id
 
     async def result(self, task_id: str, *, wait: float = 0.0) -> SolveResult:

@@ -7,6 +7,8 @@ import sys
 
 import structlog
 
+from conductor import tracing
+
 _configured = False
 
 
@@ -20,6 +22,7 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
         json = not sys.stderr.isatty()
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
+        tracing.add_trace_ids,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -19,6 +19,7 @@ from typing import Any
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     GCCollector,
     Histogram,
     PlatformCollector,
@@ -29,6 +30,7 @@ from prometheus_client import (
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply
 from schemas.solve import SolveResult
+from schemas.usage import Usage
 from schemas.verify import Verdict
 from schemas.work import FaultReason, WorkReply, WorkRequest
 
@@ -142,6 +144,12 @@ def task_finished(result: SolveResult, subject: str) -> None:
     _series(STAGE_LATENCY, "solve").observe(result.latency_s)
 
 
+def task_rejected(result: SolveResult) -> None:
+    """A solve request rejected before it ran: counted as a task by its outcome (``serve`` already counted it as a
+    bad request on its subject)."""
+    _series(TASKS, outcome(result.error)).inc()
+
+
 def step_finished(worker: str, error: ErrorInfo | None, seconds: float) -> None:
     _series(STEPS, worker, outcome(error)).inc()
     _series(STAGE_LATENCY, "step").observe(seconds)
@@ -189,3 +197,34 @@ def verified(verdicts: Sequence[Verdict], seconds: float) -> None:
     for v in verdicts:
         _series(VERDICTS, str(v.outcome)).inc()
     _series(STAGE_LATENCY, "verify").observe(seconds)
+
+
+# The gateway (services/gateway): per API key, labelled by the key's configured name (bounded by the keys file),
+# never by the key itself.
+GATEWAY_REQUESTS = _counter(
+    "conductor_gateway_requests", "Gateway requests by key, HTTP status and whether streamed.", ["key", "status", "stream"]
+)
+GATEWAY_TOKENS = _counter("conductor_gateway_tokens", "Tokens spent for each gateway key.", ["key", "direction"])
+GATEWAY_COST = _counter("conductor_gateway_cost_usd", "Dollars spent for each gateway key.", ["key"])
+GATEWAY_CALLS = _counter("conductor_gateway_worker_calls", "Worker calls made for each gateway key.", ["key"])
+GATEWAY_DISCONNECTS = _counter(
+    "conductor_gateway_client_disconnects", "Clients that went away before their answer was sent.", ["key"]
+)
+GATEWAY_IN_FLIGHT = Gauge(
+    "conductor_gateway_in_flight", "Gateway requests waiting on a task right now.", registry=REGISTRY
+)
+
+
+def gateway_request(key: str, status: int, stream: bool) -> None:
+    _series(GATEWAY_REQUESTS, key, str(status), "true" if stream else "false").inc()
+
+
+def gateway_usage(key: str, usage: Usage) -> None:
+    if usage.input_tokens:
+        _series(GATEWAY_TOKENS, key, "input").inc(usage.input_tokens)
+    if usage.output_tokens:
+        _series(GATEWAY_TOKENS, key, "output").inc(usage.output_tokens)
+    if usage.cost_usd:
+        _series(GATEWAY_COST, key).inc(usage.cost_usd)
+    if usage.calls:
+        _series(GATEWAY_CALLS, key).inc(usage.calls)

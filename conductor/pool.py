@@ -2,11 +2,16 @@
 
 A pool file is TOML::
 
-    reveal_names = false          # PAPER.md §1: workers are shown by ordinal + description, names hidden
+    reveal_names = false          # docs/method.md §1: workers are shown by ordinal + description, names hidden
 
     [budget]                      # optional per-task defaults for this pool; a request's budget overrides them
     max_cost_usd = 0.50
     max_wall_s = 300
+
+    [answer_format]               # optional: how workers are told to mark answers (conductor/answer_format.py)
+    steps = "all"                 # all (default) | final | off
+    [answer_format.instructions.math]
+    final = "Finish with \\boxed{ANSWER}."   # replaces a family's wording (math, mcq, code, general)
 
     [[workers]]
     name = "gpt-5"                # the operator's name; requests and results use it, the Conductor never sees it
@@ -40,10 +45,13 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+from msgspec import Meta
 
+from conductor.answer_format import FAMILIES, AnswerFormat, unknown_families
+from conductor.wire import field_of
 from schemas.plan import WorkerCard
 from schemas.solve import Budget
 
@@ -54,17 +62,22 @@ class PoolError(ValueError):
     """The pool file is malformed or inconsistent; the message names the worker and field."""
 
 
+Probability = Annotated[float, Meta(ge=0, le=1)]
+AtLeastOne = Annotated[int, Meta(ge=1)]
+NonNegativeFloat = Annotated[float, Meta(ge=0)]
+
+
 class SimSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A simulated worker (tests, demos, CPU-scale RL). See services/worker_adapter/providers/sim.py."""
 
     dataset: str  # JSONL of {question, answer, domain, wrong?}; resolved relative to the pool file
-    skill: dict[str, float] = {}  # P(correct) per domain when answering alone
-    default_skill: float = 0.3
-    latency_s: float = 0.0
-    latency_jitter_s: float = 0.0
-    failure_rate: float = 0.0  # probability of a simulated transient provider error (HTTP 500)
+    skill: dict[str, Probability] = {}  # P(correct) per domain when answering alone
+    default_skill: Probability = 0.3
+    latency_s: NonNegativeFloat = 0.0
+    latency_jitter_s: NonNegativeFloat = 0.0
+    failure_rate: Probability = 0.0  # probability of a simulated transient provider error (HTTP 500)
     seed: int = 0
-    tokens_per_char: float = 0.25
+    tokens_per_char: Annotated[float, Meta(gt=0)] = 0.25
 
 
 class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -74,21 +87,21 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     description: str = ""
     base_url: str | None = None
     api_key_env: str | None = None
-    max_tokens: int = 4096  # PAPER.md §2: constrained setting, 4096 output tokens
-    temperature: float = 0.2  # PAPER.md §2
+    max_tokens: AtLeastOne = 4096  # docs/method.md §2: constrained setting, 4096 output tokens
+    temperature: float = 0.2  # docs/method.md §2
     top_p: float | None = None
     top_k: int | None = None
     presence_penalty: float | None = None
     reasoning_effort: str | None = None  # openai: minimal | low | medium | high
     thinking_budget: int | None = None  # anthropic: budget_tokens (0/None = off, else >= 1024)
     enable_thinking: bool | None = None  # openai_compatible: Qwen3's chat_template_kwargs switch
-    price_in_per_mtok: float = 0.0
-    price_out_per_mtok: float = 0.0
-    concurrency: int = 8  # calls in flight at once, for the whole deployment when the adapters share NATS KV
-    rpm: int | None = None  # requests per minute across the deployment; None = unlimited
-    tpm: int | None = None  # tokens (input + max output) per minute across the deployment; None = unlimited
-    timeout_s: float = 120.0
-    max_retries: int = 4
+    price_in_per_mtok: NonNegativeFloat = 0.0
+    price_out_per_mtok: NonNegativeFloat = 0.0
+    concurrency: AtLeastOne = 8  # calls in flight at once, for the whole deployment when the adapters share NATS KV
+    rpm: AtLeastOne | None = None  # requests per minute across the deployment; None = unlimited
+    tpm: AtLeastOne | None = None  # tokens (input + max output) per minute across the deployment; None = unlimited
+    timeout_s: Annotated[float, Meta(gt=0)] = 120.0
+    max_retries: Annotated[int, Meta(ge=0)] = 4
     sim: SimSpec | None = None
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
@@ -102,6 +115,8 @@ class Pool(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     # max_wall_s). They override the executor's CONDUCTOR_BUDGET_MAX_* defaults; a request's own budget overrides
     # both, field by field.
     budget: Budget | None = None
+    # Which worker prompts carry their domain's answer-format instruction, and its wording per format family.
+    answer_format: AnswerFormat = AnswerFormat()
     base_dir: str = "."  # directory the file was read from; relative paths resolve against it
 
     def names(self) -> list[str]:
@@ -144,20 +159,18 @@ def parse_pool(text: str, *, base_dir: str = ".") -> Pool:
             raise PoolError(f"budget: unknown field(s) {unknown}; known: {list(Budget.__struct_fields__)}")
     try:
         pool = msgspec.convert({**raw, "base_dir": base_dir}, Pool)
-    except msgspec.ValidationError as exc:
-        raise PoolError(f"pool file: {exc}") from exc
+    except msgspec.ValidationError as exc:  # a wrong type or a bound of the Structs above, e.g. `workers[0].tpm`
+        raise PoolError(f"pool file: {field_of(exc) or 'top level'}: {str(exc).split(' - at ')[0]}") from exc
     _check(pool)
     return pool
 
 
 def _check(pool: Pool) -> None:
+    """What the Structs' bounds (checked by ``msgspec.convert``) cannot say: rules across fields and workers."""
     if not pool.workers:
         raise PoolError("pool file names no workers")
-    if pool.budget is not None:
-        for name in Budget.__struct_fields__:
-            value = getattr(pool.budget, name)
-            if value is not None and value <= 0:
-                raise PoolError(f"budget.{name} must be positive, got {value}")
+    if unknown := unknown_families(pool.answer_format):
+        raise PoolError(f"answer_format.instructions: unknown famil(ies) {unknown}; known: {list(FAMILIES)}")
     seen: set[str] = set()
     for i, w in enumerate(pool.workers):
         where = f"workers[{i}] ({w.name!r})"
@@ -170,22 +183,8 @@ def _check(pool: Pool) -> None:
             raise PoolError(f"{where}: provider 'openai_compatible' needs base_url")
         if w.provider != "sim" and not w.model:
             raise PoolError(f"{where}: model is required")
-        if w.concurrency < 1 or w.max_tokens < 1 or w.max_retries < 0 or w.timeout_s <= 0:
-            raise PoolError(f"{where}: concurrency/max_tokens must be >= 1, max_retries >= 0, timeout_s > 0")
-        if (w.rpm is not None and w.rpm < 1) or (w.tpm is not None and w.tpm < 1):
-            raise PoolError(f"{where}: rpm and tpm must be >= 1 when set")
-        if w.price_in_per_mtok < 0 or w.price_out_per_mtok < 0:
-            raise PoolError(f"{where}: prices must be >= 0")
         if w.provider == "anthropic" and w.thinking_budget and w.thinking_budget < 1024:
             raise PoolError(f"{where}: thinking_budget must be 0 (off) or >= 1024 (the Messages API minimum)")
-        if w.sim is not None:
-            if w.sim.tokens_per_char <= 0 or w.sim.latency_s < 0 or w.sim.latency_jitter_s < 0:
-                raise PoolError(f"{where}: sim tokens_per_char must be > 0 and latencies >= 0")
-            for dom, p in {**w.sim.skill, "default": w.sim.default_skill}.items():
-                if not 0.0 <= p <= 1.0:
-                    raise PoolError(f"{where}: sim skill {dom!r} must be within [0, 1]")
-            if not 0.0 <= w.sim.failure_rate <= 1.0:
-                raise PoolError(f"{where}: sim failure_rate must be within [0, 1]")
 
 
 def load_pool(path: Path | None) -> Pool:

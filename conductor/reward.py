@@ -1,4 +1,4 @@
-"""The training reward from a verdict, as the paper defines it (PAPER.md §3), with infrastructure errors masked.
+"""The training reward from a verdict, as the paper defines it (docs/method.md §3), with infrastructure errors masked.
 
 Shared by the executor (every solve with a reference carries its reward) and the learner (GRPO rollouts).
 

@@ -1,14 +1,14 @@
 """The shape every service shares, so one process can run one service (`serve planner`) or all five (`serve all`).
 
-A service has request/reply ``endpoints`` (``conductor.endpoints``: subject, queue group named after the service so
-replicas share the load, handler), a ``NatsRouter`` for subscribers FastStream serves itself (the durable JetStream
+A service has request/reply ``endpoints`` (``conductor.endpoints.serve(contract, handler, ...)`` for each contract
+it answers; the contract in ``schemas/`` names the subject and the queue group replicas share), a ``NatsRouter`` for subscribers FastStream serves itself (the durable JetStream
 intake; empty for most services), and ``start``/``stop`` hooks for its resources (HTTP clients, process pools,
-models). ``conductor.runtime.running`` serves the endpoints of the requested services on one connection and
+models). ``conductor.app.runtime.running`` serves the endpoints of the requested services on one connection and
 includes their routers into one broker.
 
-Handlers follow one pattern (see any ``services/*/app.py``): take the payload bytes, decode through
-``conductor.wire.decode`` (bad input -> typed error reply naming the field), call the pure core, return
-``conductor.wire.encode(reply)``.
+Handlers follow one pattern (see any ``services/*/app.py``): a typed ``async (Request) -> Reply`` function that
+calls the pure core; ``serve`` decodes, rejects bad input with a typed error reply naming the field, counts it, and
+encodes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The workflow language: parse a Conductor completion into a ``Workflow`` and render one back (PAPER.md §1).
+"""The workflow language: parse a Conductor completion into a ``Workflow`` and render one back (docs/method.md §1).
 
 A completion is free-text reasoning followed by three Python list assignments::
 
@@ -8,7 +8,7 @@ A completion is free-text reasoning followed by three Python list assignments::
 
 The planner (serving and fallbacks) and the executor (scoring rollouts) both go through ``parse_completion``, so
 there is exactly one definition of "a valid workflow" and one reason vocabulary for format failures (the RL reward
-is 0 for any of them, PAPER.md §3).
+is 0 for any of them, docs/method.md §3).
 
 Parsing rules, chosen to accept what real models write while never evaluating code:
 
@@ -43,10 +43,10 @@ import msgspec
 from schemas.plan import Access, Workflow
 
 MAX_STEPS = 5
-"""PAPER.md §1: a Conductor workflow has at most five steps."""
+"""docs/method.md §1: a Conductor workflow has at most five steps."""
 
 MAX_COMPLETION_CHARS = 65_536
-"""Input cap. A completion is capped at 1024 tokens (PAPER.md §1), a few thousand characters; 64 KiB leaves room
+"""Input cap. A completion is capped at 1024 tokens (docs/method.md §1), a few thousand characters; 64 KiB leaves room
 for verbose tokenizers and rendered baselines while bounding the parser's work."""
 
 MAX_LIST_CHARS = 32_768
@@ -124,7 +124,7 @@ def build_workflow(
     max_steps: int = MAX_STEPS,
     allow_empty: bool = False,
 ) -> Workflow:
-    """Check and normalise three literal values into a ``Workflow`` (PAPER.md §1 Decision)."""
+    """Check and normalise three literal values into a ``Workflow`` (docs/method.md §1, ours)."""
     ids, tasks, access = (
         _as_list(n, v) for n, v in zip(_NAMES, (model_id, subtasks, access_list), strict=True)
     )
@@ -356,7 +356,7 @@ def _is_all(value: object) -> bool:
 
 
 def _access(value: object, step: int) -> Access:
-    """``"all"`` | ``["all"]`` | ``[["all"]]`` | ``[]`` | indices of earlier steps, as PAPER.md §1 decides."""
+    """``"all"`` | ``["all"]`` | ``[["all"]]`` | ``[]`` | indices of earlier steps, as docs/method.md §1 decides."""
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list):
         value = value[0]  # one redundant level: [["all"]], [[]], [[0, 1]]
     if _is_all(value) or (isinstance(value, list) and len(value) == 1 and _is_all(value[0])):

@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+from msgspec import Meta
 
+from schemas.contract import RequestReply
 from schemas.errors import ErrorInfo
 from schemas.usage import Usage
 
 PLAN_SUBJECT = "conductor.plan"
 """Request/reply: ``PlanRequest`` in, ``PlanReply`` out. Queue group ``planner``."""
 
-Access = Literal["all"] | list[int]
+Access = Literal["all"] | list[Annotated[int, Meta(ge=0)]]
 """One step's access: every earlier step (``"all"``) or the listed earlier step indices (``[]`` = none)."""
 
 
 class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
     """How one pool member is shown to the Conductor: an ordinal and operator-written metadata."""
 
-    index: int
-    description: str
-    name: str | None = None  # shown only when the pool is configured to reveal names (PAPER.md §1)
+    index: Annotated[int, Meta(ge=0, description="The ordinal the Conductor sees; cards are numbered 0..n-1.")]
+    description: Annotated[str, Meta(description="Operator-written metadata: what this worker is good at.")]
+    name: str | None = None  # shown only when the pool is configured to reveal names (docs/method.md §1)
 
 
 class Workflow(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,11 +46,11 @@ class PriorRound(msgspec.Struct, frozen=True, kw_only=True):
 
 class PlanRequest(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
-    question: str
-    workers: list[WorkerCard]
-    max_steps: int = 5
+    question: Annotated[str, Meta(min_length=1, pattern=r"\S", description="Must contain a non-space character.")]
+    workers: Annotated[list[WorkerCard], Meta(min_length=1, description="The pool view, numbered 0..n-1 in order.")]
+    max_steps: Annotated[int, Meta(ge=1, description="Up to the planner's CONDUCTOR_MAX_STEPS_CAP.")] = 5
     domain: str | None = None
-    round: int = 0
+    round: Annotated[int, Meta(ge=0)] = 0
     previous: list[PriorRound] = []  # non-empty on recursion rounds
     policy: str | None = None  # override the configured policy by name, e.g. "moa" (a baseline)
 
@@ -63,9 +65,23 @@ class PlanReply(msgspec.Struct, frozen=True, kw_only=True):
     format_failures: list[str] = []  # the reason of each rejected sample
     usage: Usage = Usage()
     error: ErrorInfo | None = None
-    policy_error: ErrorInfo | None = None  # the backend failure the fallback stood in for (fallback_used=True)
+    policy_error: ErrorInfo | None = (
+        None  # the backend failure the fallback stood in for (fallback_used=True)
+    )
 
     @property
     def handback(self) -> bool:
         """Three empty lists: return the previous round's answer unchanged."""
         return self.workflow is not None and len(self.workflow) == 0
+
+
+PLAN: RequestReply[PlanRequest, PlanReply] = RequestReply(
+    subject=PLAN_SUBJECT,
+    queue="planner",
+    title="plan",
+    request=PlanRequest,
+    reply=PlanReply,
+    description="Internal (executor -> planner): a question and the pool as numbered cards in, the Conductor's "
+    "workflow (three equal-length lists) or a baseline's out; format failures are resampled, then a fallback plans.",
+    error_reply=lambda info, _request: PlanReply(policy="", error=info),
+)

@@ -6,11 +6,13 @@ published on ``conductor.progress.<task_id>``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+from msgspec import Meta
 
 from schemas import SCHEMA_VERSION
+from schemas.contract import Event, RequestReply
 from schemas.errors import ErrorInfo
 from schemas.plan import Access
 from schemas.usage import Usage, UsageSummary
@@ -23,33 +25,56 @@ PROGRESS_SUBJECT_PREFIX = "conductor.progress"
 
 
 def progress_subject(task_id: str) -> str:
-    """Per-task progress subject; subscribe to ``conductor.progress.*`` for all tasks."""
+    """Per-task progress subject (``PROGRESS``); subscribe to ``conductor.progress.*`` for all tasks."""
     return f"{PROGRESS_SUBJECT_PREFIX}.{task_id}"
+
+
+PositiveInt = Annotated[int, Meta(gt=0)]
+PositiveFloat = Annotated[float, Meta(gt=0)]
+NonBlank = Annotated[str, Meta(min_length=1, pattern=r"\S", description="Must contain a non-space character.")]
 
 
 class Budget(msgspec.Struct, frozen=True, kw_only=True):
     """Per-task limits; None means unlimited. The executor stops and returns the best answer so far."""
 
-    max_calls: int | None = None
-    max_tokens: int | None = None
-    max_cost_usd: float | None = None
-    max_wall_s: float | None = None
+    max_calls: Annotated[PositiveInt | None, Meta(description="Worker calls.")] = None
+    max_tokens: Annotated[PositiveInt | None, Meta(description="Tokens, worker and planner, in and out.")] = None
+    max_cost_usd: Annotated[PositiveFloat | None, Meta(description="Cost in USD, worker and planner.")] = None
+    max_wall_s: Annotated[PositiveFloat | None, Meta(description="Wall time in seconds, across redeliveries.")] = None
 
 
 class SolveRequest(msgspec.Struct, frozen=True, kw_only=True):
-    question: str
-    task_id: str | None = None  # generated when absent; also the dedup key for durable intake
-    pool: list[str] | None = None  # subset of worker names; None = the whole configured pool
-    max_steps: int | None = None  # None = the deployment default (5, PAPER.md §1)
-    max_rounds: int = 0  # recursion rounds after the first (PAPER.md §5)
-    domain: str | None = None  # answer-format hint: "math", "mcq", "code", "general", ...
-    reference: str | Reference | None = None  # ground truth; when given the result carries a verdict
-    policy: str | None = None  # planner policy override, e.g. "single", "moa"
+    question: Annotated[NonBlank, Meta(description="The question to answer.")]
+    task_id: Annotated[
+        str | None,
+        Meta(
+            description="Generated when absent; the dedup key of durable intake. 1-128 ASCII letters, digits, "
+            "'-', '_' or '.' (no '..', no '.' at either end)."
+        ),
+    ] = None
+    pool: Annotated[
+        Annotated[list[str], Meta(min_length=1)] | None,
+        Meta(description="Subset of the pool's worker names, each once; unset: the whole configured pool."),
+    ] = None
+    max_steps: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        Meta(description="Most steps per workflow, up to the deployment's cap; unset: its default (5)."),
+    ] = None  # docs/method.md §1: at most 5 steps
+    max_rounds: Annotated[
+        int, Meta(ge=0, description="Recursion rounds after the first, up to the deployment's cap (default 4).")
+    ] = 0  # docs/method.md §5
+    domain: Annotated[str | None, Meta(description='Answer-format hint: "math", "mcq", "code", "general", ...')] = None
+    reference: Annotated[
+        str | Reference | None, Meta(description="Ground truth; when given the result carries a verdict and reward.")
+    ] = None
+    policy: Annotated[
+        str | None, Meta(description='Planner policy override: "moa", "single:2", "refine:3", "conductor", ...')
+    ] = None
     budget: Budget | None = None
-    cache: bool = False
+    cache: Annotated[bool, Meta(description="Opt in to the content-addressed worker-call cache.")] = False
     # Publish progress events on conductor.progress.<task_id> (a few per step); batch clients and training rollouts,
     # which never watch them, turn them off and save the executor that work.
-    progress: bool = True
+    progress: Annotated[bool, Meta(description="Publish progress events on conductor.progress.<task_id>.")] = True
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,15 +105,33 @@ class RoundRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 class SolveResult(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
-    answer: str | None = None
-    workflows: list[RoundRecord] = []
-    usage: UsageSummary = UsageSummary()
-    verdict: Verdict | None = None
-    reward: float | None = None  # PAPER.md §3 reward when a reference was given (None if verification failed)
-    error: ErrorInfo | None = None
+    answer: Annotated[str | None, Meta(description="The last step's response of the last round that ran.")] = None
+    workflows: Annotated[list[RoundRecord], Meta(description="One record per round: the plan and its steps.")] = []
+    usage: Annotated[UsageSummary, Meta(description="Tokens, cost and calls: per worker, planner, total.")] = (
+        UsageSummary()
+    )
+    verdict: Annotated[Verdict | None, Meta(description="Set when the request carried a reference.")] = None
+    reward: Annotated[
+        float | None,
+        Meta(description="Training reward (1 correct, 0.5 wrong, 0 unparseable); unset when not verifiable."),
+    ] = None  # docs/method.md §3
+    error: Annotated[ErrorInfo | None, Meta(description="Why there is no (complete) answer.")] = None
     latency_s: float = 0.0
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Annotated[int, Meta(description="The schema version of the writer.")] = SCHEMA_VERSION
 
+
+SOLVE: RequestReply[SolveRequest, SolveResult] = RequestReply(
+    subject=SOLVE_SUBJECT,
+    queue="executor",
+    title="solve",
+    request=SolveRequest,
+    reply=SolveResult,
+    description="The public solve API: a JSON SolveRequest in, a JSON SolveResult out (answer, workflows, usage, "
+    "verdict). Bad input gets a result whose error names the field. Progress events: conductor.progress.<task_id>.",
+    error_reply=lambda info, request: SolveResult(
+        task_id=(request.task_id or "") if request else "", error=info
+    ),
+)
 
 ProgressKind = Literal["accepted", "planned", "step_started", "step_done", "round_done", "done"]
 
@@ -104,3 +147,12 @@ class ProgressEvent(msgspec.Struct, frozen=True, kw_only=True):
     response_preview: str | None = None
     usage: Usage | None = None
     error: ErrorInfo | None = None
+
+
+PROGRESS: Event[ProgressEvent] = Event(
+    title="progress",
+    address=PROGRESS_SUBJECT_PREFIX + ".{task_id}",
+    payload=ProgressEvent,
+    description="One event per planned round and finished step, then `done`. Best effort (core NATS).",
+    parameters={"task_id": "The task's id (SolveRequest.task_id or generated)."},
+)

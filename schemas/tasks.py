@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import msgspec
 
+from schemas import SCHEMA_VERSION
+from schemas.contract import Event
 from schemas.errors import ErrorInfo
 from schemas.plan import PriorRound, Workflow
-from schemas.solve import RoundRecord, SolveRequest
+from schemas.solve import RoundRecord, SolveRequest, SolveResult
 from schemas.usage import Usage
 
 TASKS_STREAM = "CONDUCTOR_TASKS"
@@ -27,14 +29,29 @@ RESULT_SUBJECT_PREFIX = "conductor.results"
 CHECKPOINTS_BUCKET = "CONDUCTOR_CHECKPOINTS"
 DEAD_STREAM = "CONDUCTOR_DEAD"
 DEAD_SUBJECT_PREFIX = "conductor.dead"
+GATEWAY_QUOTA_BUCKET = "CONDUCTOR_GATEWAY_QUOTA"  # per-key rate and spend records of the HTTP gateway
 
 
 def result_subject(task_id: str) -> str:
     return f"{RESULT_SUBJECT_PREFIX}.{task_id}"
 
 
+RESULTS: Event[SolveResult] = Event(
+    title="results",
+    address=RESULT_SUBJECT_PREFIX + ".{task_id}",
+    payload=SolveResult,
+    description="The final result of a durable task, once per task (JetStream stream CONDUCTOR_RESULT_EVENTS, "
+    "deduplicated by task id); also stored in the KV bucket CONDUCTOR_RESULTS under the task id.",
+    parameters={"task_id": "The task's id."},
+)
+
+
 def dead_subject(task_id: str) -> str:
     return f"{DEAD_SUBJECT_PREFIX}.{task_id}"
+
+
+CHECKPOINT_VERSION = SCHEMA_VERSION
+"""What the store writes into ``TaskCheckpoint.schema_version``."""
 
 
 class TaskCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,6 +71,15 @@ class TaskCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
     wall_s: float = 0.0  # wall time spent in earlier deliveries, for max_wall_s across restarts
     deliveries: int = 1
     errors: list[ErrorInfo] = []  # transient failures of earlier deliveries, oldest first (for the dead letter)
+    # Unix seconds: when the task's first delivery started (max_wall_s and latency_s count from here across
+    # redeliveries), and when its current run of transient failures began (the retry horizon counts from here;
+    # None while the task is not failing; reset when a failed delivery had made progress).
+    started_at: float | None = None
+    failing_since: float | None = None
+    failing_progress: int = 0  # finished plans + steps when ``failing_since`` was set
+    # The format version of the executor that last stored it (the store stamps it on every save); absent in
+    # checkpoints stored before version 3, which therefore read as 2.
+    schema_version: int = 2
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,6 +101,7 @@ class Names(msgspec.Struct, frozen=True, kw_only=True):
     checkpoints_bucket: str
     dead_stream: str
     dead_prefix: str
+    gateway_quota_bucket: str = GATEWAY_QUOTA_BUCKET
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Names:
@@ -89,6 +116,7 @@ class Names(msgspec.Struct, frozen=True, kw_only=True):
             checkpoints_bucket=CHECKPOINTS_BUCKET + suffix,
             dead_stream=DEAD_STREAM + suffix,
             dead_prefix=prefix + DEAD_SUBJECT_PREFIX,
+            gateway_quota_bucket=GATEWAY_QUOTA_BUCKET + suffix,
         )
 
     def result_subject(self, task_id: str) -> str:

@@ -7,10 +7,11 @@ from typing import Literal
 
 import msgspec
 
+from schemas.contract import RequestReply
 from schemas.errors import ErrorInfo
 
 VERIFY_SUBJECT = "conductor.verify"
-"""Request/reply: ``VerifyBatch`` in, ``VerifyBatchResult`` out."""
+"""Request/reply: ``VerifyBatch`` in, ``VerifyBatchResult`` out. Queue group ``verifier``."""
 
 
 class TextReference(msgspec.Struct, frozen=True, kw_only=True, tag="text"):
@@ -63,7 +64,9 @@ class UnittestReference(msgspec.Struct, frozen=True, kw_only=True, tag="unittest
     libs: list[str] = []
 
 
-Reference = TextReference | StdioTestsReference | FunctionalTestsReference | HumanEvalReference | UnittestReference
+Reference = (
+    TextReference | StdioTestsReference | FunctionalTestsReference | HumanEvalReference | UnittestReference
+)
 
 
 class Outcome(StrEnum):
@@ -100,3 +103,15 @@ class VerifyBatch(msgspec.Struct, frozen=True, kw_only=True):
 class VerifyBatchResult(msgspec.Struct, frozen=True, kw_only=True):
     verdicts: list[Verdict] = []
     error: ErrorInfo | None = None  # the whole batch was rejected (bad request)
+
+
+VERIFY: RequestReply[VerifyBatch, VerifyBatchResult] = RequestReply(
+    subject=VERIFY_SUBJECT,
+    queue="verifier",
+    title="verify",
+    request=VerifyBatch,
+    reply=VerifyBatchResult,
+    description="Internal (executor -> verifier): final responses and their references in, one verdict per item "
+    "in order (correct, incorrect, or error for an infrastructure fault); code runs in a sandbox.",
+    error_reply=lambda info, _request: VerifyBatchResult(error=info),
+)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+from msgspec import Meta
 
+from schemas.contract import RequestReply
 from schemas.errors import ErrorInfo
 from schemas.usage import Usage
 
@@ -35,15 +37,15 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class WorkRequest(msgspec.Struct, frozen=True, kw_only=True):
-    worker: str  # the pool name, e.g. "gpt-5"; the planner only ever sees ordinals
+    worker: Annotated[str, Meta(description="The pool name; the planner only ever sees ordinals.")]
     messages: list[ChatMessage]
     task_id: str = ""
-    round: int = 0
-    step: int = 0
+    round: Annotated[int, Meta(ge=0)] = 0
+    step: Annotated[int, Meta(ge=0)] = 0
     # Per-call overrides of the pool file's parameters; None keeps the pool's value.
-    max_tokens: int | None = None
-    temperature: float | None = None
-    timeout_s: float | None = None
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    temperature: Annotated[float, Meta(ge=0)] | None = None
+    timeout_s: Annotated[float, Meta(gt=0)] | None = None
     cache: bool = False  # opt in to the content-addressed worker-call cache
     # Set by the executor for durable tasks, which can be redelivered after a crash: the worker-adapter then keys
     # the call by (task_id, round, step) so a finished call is replayed, never paid twice. Request/reply solves are
@@ -65,3 +67,15 @@ class WorkReply(msgspec.Struct, frozen=True, kw_only=True):
     # the sum plus one on success. Keys are ``str``, not ``FaultReason``, so a consumer older than a new reason
     # still decodes the reply (schemas/__init__.py, rules 4 and 6).
     faults: dict[str, int] = {}
+
+
+WORK: RequestReply[WorkRequest, WorkReply] = RequestReply(
+    subject=WORK_SUBJECT,
+    queue="worker-adapter",
+    title="work",
+    request=WorkRequest,
+    reply=WorkReply,
+    description="Internal (executor -> worker-adapter): one chat call to one named pool worker, with retries, "
+    "limits and cost accounting; provider failures come back as a typed error in the reply.",
+    error_reply=lambda info, request: WorkReply(worker=request.worker if request else "", error=info),
+)

@@ -25,7 +25,11 @@ SERVICES: dict[str, str] = {
     "planner": "services.planner.app",
     "worker-adapter": "services.worker_adapter.app",
     "verifier": "services.verifier.app",
+    "gateway": "services.gateway.app",
 }
+ON_REQUEST = frozenset({"gateway"})
+"""Services `all` leaves out: the HTTP gateway opens a port and needs API keys, so it is asked for by name
+(`serve gateway`, `serve all,gateway`)."""
 
 
 class UnknownServiceError(ValueError):
@@ -33,8 +37,11 @@ class UnknownServiceError(ValueError):
 
 
 def service_names(spec: str) -> list[str]:
-    """``all`` or a comma-separated list of service names."""
-    names = list(SERVICES) if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
+    """A comma-separated list of service names; ``all`` stands for every service but those in ``ON_REQUEST``."""
+    names: list[str] = []
+    for part in (s.strip() for s in spec.split(",")):
+        expanded = [n for n in SERVICES if n not in ON_REQUEST] if part == "all" else [part] if part else []
+        names.extend(n for n in expanded if n not in names)
     unknown = [n for n in names if n not in SERVICES]
     if unknown or not names:
         raise UnknownServiceError(f"unknown service(s) {unknown or spec!r}; choose from {[*SERVICES, 'all']}")
@@ -58,7 +65,7 @@ async def running(
     broker = make_broker(settings, name=name)
     for svc in services:
         broker.include_router(svc.router)
-    log = get_logger("conductor.runtime")
+    log = get_logger("conductor.app.runtime")
     started: list[Service] = []
     accepting = False
     connection = await broker.connect()

@@ -22,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Coroutine, Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
+
+from conductor.settings import Env, Seconds, SettingsError, lowercase, number, read
 
 T = TypeVar("T")
 
@@ -32,57 +34,47 @@ DEFAULT_GC_THRESHOLDS = (200_000, 20, 1000)
 DEFAULT_FULL_GC_EVERY_S = 60.0
 
 
-class ProcessSettingsError(ValueError):
-    """A process-level setting in the environment is malformed; the message names the variable."""
+ProcessSettingsError = SettingsError
+"""A process-level setting in the environment is malformed; the message names the variable."""
 
 
-class ProcessSettings(msgspec.Struct, frozen=True, kw_only=True):
-    gc_thresholds: tuple[int, int, int] | None = DEFAULT_GC_THRESHOLDS  # None: CPython's own
-    full_gc_every_s: float = DEFAULT_FULL_GC_EVERY_S  # 0: no timer (only with tuned thresholds)
-    event_loop: str = "auto"  # auto (uvloop when installed), uvloop, asyncio
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> ProcessSettings:
-        return cls(
-            gc_thresholds=_gc(env.get("CONDUCTOR_GC")),
-            full_gc_every_s=_seconds("CONDUCTOR_GC_FULL_EVERY_S", env.get("CONDUCTOR_GC_FULL_EVERY_S")),
-            event_loop=_loop(env.get("CONDUCTOR_EVENT_LOOP")),
-        )
-
-
-def _seconds(name: str, value: str | None) -> float:
-    if value is None or not value.strip():
-        return DEFAULT_FULL_GC_EVERY_S
-    try:
-        seconds = float(value)
-    except ValueError as exc:
-        raise ProcessSettingsError(f"{name} must be a number of seconds (0 = off), got {value!r}") from exc
-    if seconds < 0:
-        raise ProcessSettingsError(f"{name} must be >= 0, got {value!r}")
-    return seconds
-
-
-def _gc(value: str | None) -> tuple[int, int, int] | None:
-    if value is None or not value.strip():
-        return DEFAULT_GC_THRESHOLDS
-    if value.strip().lower() == "python":
+def gc_thresholds(raw: str) -> tuple[int, int, int] | None:
+    """``CONDUCTOR_GC``: three integers "a,b,c" (each bounded by the field's type), or ``python``."""
+    if raw.strip().lower() == "python":
         return None
-    try:
-        a, b, c = (int(x) for x in value.split(","))
-    except ValueError as exc:
-        raise ProcessSettingsError(
-            f'CONDUCTOR_GC must be three integers "a,b,c" or "python", got {value!r}'
-        ) from exc
-    if a < 1 or b < 1 or c < 1:
-        raise ProcessSettingsError(f"CONDUCTOR_GC thresholds must be >= 1, got {value!r}")
+    parts = raw.split(",")
+    if len(parts) != 3:
+        raise ValueError('expected three integers "a,b,c" or "python"')
+    a, b, c = (int(number(int, p)) for p in parts)
     return a, b, c
 
 
-def _loop(value: str | None) -> str:
-    choice = (value or "auto").strip().lower()
-    if choice not in {"auto", "uvloop", "asyncio"}:
-        raise ProcessSettingsError(f"CONDUCTOR_EVENT_LOOP must be auto, uvloop or asyncio, got {value!r}")
-    return choice
+Threshold = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class ProcessSettings(msgspec.Struct, frozen=True, kw_only=True):
+    gc_thresholds: Annotated[
+        tuple[Threshold, Threshold, Threshold] | None,
+        Env(
+            "CONDUCTOR_GC",
+            'Garbage-collector thresholds "a,b,c" set after start-up (everything before is frozen); `python` keeps '
+            "CPython's own and runs no timer.",
+            parse=gc_thresholds,
+        ),
+    ] = DEFAULT_GC_THRESHOLDS
+    full_gc_every_s: Annotated[
+        Seconds,
+        Env("CONDUCTOR_GC_FULL_EVERY_S", "A full collection this often, with tuned thresholds; 0: never."),
+    ] = DEFAULT_FULL_GC_EVERY_S
+    event_loop: Annotated[
+        str,
+        msgspec.Meta(pattern="^(auto|uvloop|asyncio)$"),
+        Env("CONDUCTOR_EVENT_LOOP", "auto (uvloop when installed), uvloop or asyncio.", parse=lowercase),
+    ] = "auto"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ProcessSettings:
+        return read(cls, env)
 
 
 def loop_name(settings: ProcessSettings) -> str:

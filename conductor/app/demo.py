@@ -13,10 +13,10 @@ import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from conductor.app.render import demo_table
+from conductor.app.runtime import create_services, running, service_names
 from conductor.client import ConductorClient
 from conductor.natsserver import ensure_nats
-from conductor.render import demo_table
-from conductor.runtime import create_services, running, service_names
 from conductor.settings import CommonSettings
 from schemas.solve import SolveRequest, SolveResult
 

@@ -1,4 +1,4 @@
-"""The `conductor` command: demo, solve (or submit durably), result, serve, verify, asyncapi."""
+"""The `conductor` command: demo, solve (or submit durably), result, serve, verify, asyncapi, settings."""
 
 from __future__ import annotations
 
@@ -12,29 +12,38 @@ from typing import TextIO
 import msgspec
 from rich.console import Console
 
-from conductor.settings import DEFAULT_METRICS_PORT, CommonSettings
+from conductor.settings import DEFAULT_METRICS_PORT, CommonSettings, SettingsError
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from conductor.app.process import ProcessSettings, loop_name, run, settle_gc
+    from conductor.app.runtime import UnknownServiceError, create_services, running, service_names
     from conductor.natsserver import NatsServer, reachable
-    from conductor.process import ProcessSettings, ProcessSettingsError, loop_name, run, settle_gc
-    from conductor.runtime import UnknownServiceError, create_services, running, service_names
+    from services.gateway.keys import KeysFileError
 
-    try:
-        names = service_names(args.service)
-        process = ProcessSettings.from_env(os.environ)
-        loop_kind = loop_name(process)
-    except (UnknownServiceError, ProcessSettingsError) as exc:
-        print(f"conductor serve: {exc}", file=sys.stderr)
-        return 2
     env = dict(os.environ)
     if args.pool:
         env["CONDUCTOR_POOL"] = args.pool
+    try:
+        names = service_names(args.service)
+        process = ProcessSettings.from_env(env)
+        loop_kind = loop_name(process)
+        services = create_services(names, env)  # every setting checked before anything starts
+    except (UnknownServiceError, SettingsError, KeysFileError) as exc:
+        print(f"conductor serve: {exc}", file=sys.stderr)
+        return 2
     server = None
     if args.embedded_nats and not reachable(CommonSettings.from_env(env).nats_url):
         server = NatsServer().start()
         env["NATS_URL"] = server.url
     settings = CommonSettings.from_env(env)
+    from conductor import tracing
+
+    try:
+        tracing.configure(tracing.TracingSettings.from_env(env), service="+".join(names))
+    except tracing.TracingError as exc:
+        print(f"conductor serve: {exc}", file=sys.stderr)
+        return 2
     # `serve` exposes /metrics and the probes by default; a port chosen explicitly must be free, the default
     # need not be (several local `serve` processes), see conductor/probes.py.
     port_chosen = "CONDUCTOR_METRICS_PORT" in env
@@ -47,7 +56,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGUSR1, dump_tasks)  # `kill -USR1 PID`: where is everything waiting?
-        services = create_services(names, env)
         async with running(services, settings, name="+".join(names), strict_metrics_port=port_chosen):
             collector = settle_gc(process)
             print(
@@ -104,8 +112,8 @@ def await_chain(coro: object) -> list[str]:
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
+    from conductor.app.render import result_view
     from conductor.client import ConductorClient, SolveTimeoutError
-    from conductor.render import result_view
     from conductor.wire import encode
     from schemas.solve import ProgressEvent, SolveRequest
 
@@ -150,8 +158,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
 
 def _cmd_result(args: argparse.Namespace) -> int:
+    from conductor.app.render import result_view
     from conductor.client import ConductorClient, ResultNotReadyError
-    from conductor.render import result_view
     from conductor.wire import encode
 
     async def main() -> int:
@@ -170,14 +178,47 @@ def _cmd_result(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    """Pods, replicas and readiness per service (Kubernetes) and the durable intake's lag (NATS)."""
+    from conductor.app.status import Status, read_lag, table
+    from conductor.kube import KubeError, api_client, workloads
+
+    try:
+        found = workloads(api_client(args.kubeconfig, args.context), args.namespace, args.release)
+    except KubeError as exc:
+        print(f"conductor status: {exc}", file=sys.stderr)
+        return 2
+
+    intake, error = (None, "skipped (--no-nats)") if args.no_nats else asyncio.run(read_lag(CommonSettings.from_env()))
+    status = Status(namespace=args.namespace, release=args.release, workloads=found, intake=intake,
+                    intake_error=error)
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(status).decode() + "\n")
+    else:
+        Console().print(table(status))
+    return 0 if found and all(w.healthy for w in found) else 1
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from conductor.demo import run_demo
+    from conductor.app.demo import run_demo
 
     return asyncio.run(run_demo(concurrency=args.concurrency, rounds=args.rounds, as_json=args.json))
 
 
+def _cmd_settings(args: argparse.Namespace) -> int:
+    from conductor.app.settings_doc import settings_markdown
+
+    text = settings_markdown()
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _cmd_asyncapi(args: argparse.Namespace) -> int:
-    from conductor.asyncapi import asyncapi_document
+    from conductor.app.asyncapi import asyncapi_document
 
     doc = asyncapi_document()
     text = msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()
@@ -220,18 +261,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_result)
 
     p = sub.add_parser("serve", help="run one service, a comma-separated list, or all")
-    p.add_argument("service", help="executor, planner, worker-adapter, verifier, or all")
+    p.add_argument(
+        "service", help="executor, planner, worker-adapter, verifier, gateway, or all (every NATS service)"
+    )
     p.add_argument("--pool", help="pool file (default: $CONDUCTOR_POOL or the bundled demo pool)")
     p.add_argument("--embedded-nats", action="store_true", help="start a nats-server when none is reachable")
     p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("status", help="each service's pods, replicas and readiness, and the intake's lag")
+    p.add_argument("--namespace", "-n", default="default")
+    p.add_argument("--release", default="conductor", help="the Helm release name")
+    p.add_argument("--kubeconfig", help="default: in-cluster credentials, else $KUBECONFIG or ~/.kube/config")
+    p.add_argument("--context")
+    p.add_argument("--no-nats", action="store_true", help="skip the intake lag (no NATS connection)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("asyncapi", help="print the AsyncAPI document of the NATS API")
     p.add_argument("-o", "--output")
     p.set_defaults(func=_cmd_asyncapi)
 
+    p = sub.add_parser("settings", help="print every setting (variable, default, bound, meaning) as Markdown")
+    p.add_argument("-o", "--output")
+    p.set_defaults(func=_cmd_settings)
+
     from services.verifier.cli import add_verify_command
 
     add_verify_command(sub)
+    from services.gateway.cli import add_gateway_key_command
+
+    add_gateway_key_command(sub)
     return parser
 
 
