@@ -9,16 +9,16 @@ import structlog
 from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage, NatsRouter, PullSub
 from nats.js.api import RetentionPolicy, StorageType
+from opentelemetry.trace import SpanKind
 
-from conductor import metrics
-from conductor.endpoints import Endpoint
+from conductor import metrics, tracing
+from conductor.endpoints import serve
 from conductor.pool import Pool, load_pool
-from conductor.wire import WireError, decode, encode
-from schemas.solve import SOLVE_SUBJECT, SolveRequest, SolveResult
+from schemas.solve import SOLVE, SOLVE_SUBJECT, SolveRequest, SolveResult
 from schemas.tasks import Names
 from services.executor.config import ExecutorSettings
 from services.executor.core import Executor
-from services.executor.intake import PULL_EXPIRY_S, Intake
+from services.executor.intake import PULL_EXPIRY_S, Intake, admission
 from services.executor.store import TaskStore
 from services.executor.transport import NatsTransport, Transport
 
@@ -41,15 +41,16 @@ class ExecutorService:
         self.router = NatsRouter()
         common = settings.common
         self.endpoints = [
-            Endpoint(
-                common.subject(SOLVE_SUBJECT),
-                queue="executor",
-                title="solve",
-                handler=self.handle_solve,
-                on_error=lambda info: encode(SolveResult(task_id="", error=info)),
+            serve(
+                SOLVE,
+                self.handle_solve,
+                prefix=common.subject_prefix,
+                max_bytes=common.max_payload_bytes,
+                rejected=metrics.task_rejected,
             )
         ]
         if settings.durable:
+            taken = admission(self.pool, settings.intake, common.handler_concurrency)
             self.router.subscriber(
                 self.names.submit_subject,
                 stream=JStream(
@@ -60,17 +61,17 @@ class ExecutorService:
                     storage=StorageType.FILE,
                 ),
                 durable="executor",
-                pull_sub=PullSub(batch_size=64, timeout=PULL_EXPIRY_S),
+                pull_sub=PullSub(batch_size=min(64, taken), timeout=PULL_EXPIRY_S),
                 config=ConsumerConfig(
                     ack_wait=settings.intake.ack_wait_s, max_deliver=settings.intake.max_deliver
                 ),
                 ack_policy=AckPolicy.MANUAL,
-                max_workers=common.handler_concurrency,
+                max_workers=taken,
                 title="tasks",
             )(self.handle_task)
 
     async def start(self, broker: NatsBroker) -> None:
-        transport = self._transport or NatsTransport(broker, self.settings.common)
+        transport = self._transport or NatsTransport(broker, self.settings.common, self.settings.calls)
         self.executor = Executor(self.pool, self.settings, transport)
         if self.settings.durable:
             self.store = TaskStore(broker.connection.jetstream(), self.names, self.settings.store)
@@ -80,29 +81,25 @@ class ExecutorService:
     async def stop(self) -> None:
         self.executor = self.intake = self.store = None
 
-    async def handle_solve(self, body: bytes) -> bytes:
-        """JSON ``SolveRequest`` in, JSON ``SolveResult`` out; bad input is a typed error naming the field."""
+    async def handle_solve(self, req: SolveRequest) -> SolveResult:
+        """Run one task to its result; bad input was answered by ``serve`` (a typed error naming the field)."""
         assert self.executor is not None, "service not started"
-        try:
-            req = decode(body, SolveRequest, max_bytes=self.settings.common.max_payload_bytes)
-        except WireError as exc:
-            log.info("rejected solve request", error=exc.info.message, field=exc.info.field)
-            result = SolveResult(task_id="", error=exc.info)
-            metrics.task_finished(result, SOLVE_SUBJECT)
-            return encode(result)
         checkpoint = None
         if self.store is not None and self.settings.checkpoint_request_reply:
             checkpoint = self.store.save_checkpoint
         result = await self.executor.solve(req, checkpoint=checkpoint)
         log.info("task finished", task_id=result.task_id, error=result.error and result.error.code)
         metrics.task_finished(result, SOLVE_SUBJECT)
-        return encode(result)
+        return result
 
     async def handle_task(self, msg: NatsMessage) -> None:
         """A durable task; acknowledgement is explicit (see services/executor/intake.py)."""
         assert self.intake is not None, "service not started"
+        raw = msg.raw_message
         try:
-            await self.intake.handle(msg.raw_message)
+            # The submitter's trace context rides in the message headers (conductor/tracing.py).
+            with tracing.span(f"process {raw.subject}", kind=SpanKind.CONSUMER, headers=raw.headers):
+                await self.intake.handle(raw)
         except Exception:
             # FastStream's own logging is off (conductor/broker.py): unlogged here, a failing delivery is silent.
             log.exception("durable task delivery failed; JetStream redelivers it after AckWait")

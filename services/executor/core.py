@@ -15,8 +15,10 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 import structlog
+from opentelemetry.trace import StatusCode
 
-from conductor import metrics
+from conductor import metrics, tracing
+from conductor.liveness import current_deadline, expired
 from conductor.pool import Pool, WorkerSpec
 from conductor.reward import UNPARSEABLE, reward
 from schemas.errors import ErrorCode, ErrorInfo
@@ -31,6 +33,7 @@ from services.executor.config import ExecutorSettings
 from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
 from services.executor.transport import Transport
 from services.executor.validation import validate
+from services.executor.verifying import verify
 
 log = structlog.get_logger("conductor.executor")
 
@@ -73,6 +76,9 @@ class TaskState:
         self.wall_offset_s = 0.0
         self.deliveries = 1
         self.errors: list[ErrorInfo] = []
+        self.started_at: float | None = None
+        self.failing_since: float | None = None
+        self.failing_progress = 0
 
     @classmethod
     def resume(cls, cp: TaskCheckpoint) -> TaskState:
@@ -86,6 +92,8 @@ class TaskState:
         state.wall_offset_s = cp.wall_s
         state.deliveries = cp.deliveries + 1
         state.errors = list(cp.errors)
+        state.started_at = cp.started_at
+        state.failing_since, state.failing_progress = cp.failing_since, cp.failing_progress
         return state
 
     def all_rounds(self) -> list[RoundRecord]:
@@ -103,6 +111,9 @@ class TaskState:
             wall_s=elapsed_s,
             deliveries=self.deliveries,
             errors=self.errors,
+            started_at=self.started_at,
+            failing_since=self.failing_since,
+            failing_progress=self.failing_progress,
         )
 
     def add_step(self, record: StepRecord) -> None:
@@ -132,18 +143,27 @@ class Executor:
         resume: TaskCheckpoint | None = None,
         checkpoint: Checkpointer | None = None,
         durable: bool = False,
+        started_at: float | None = None,
     ) -> SolveResult:
         """Run a task to its result. ``resume`` continues a checkpointed task; ``checkpoint`` is called with the
         task's state after every plan and every finished step (serialised, never concurrently). ``durable`` marks a
-        task that can be redelivered, so its worker calls are made idempotent by (task, round, step)."""
+        task that can be redelivered, so its worker calls are made idempotent by (task, round, step).
+        ``started_at`` (unix seconds) is when the task first started, in an earlier delivery perhaps: wall-time
+        budgets and ``latency_s`` count from it."""
         started = time.monotonic()
         task_id = req.task_id or (resume.task_id if resume else None) or uuid.uuid4().hex
         error = validate(req, self.pool, self.settings)
         if error is not None:
             return SolveResult(task_id=task_id, error=error)
         state = TaskState.resume(resume) if resume is not None else TaskState(task_id, req)
+        if started_at is not None:
+            state.started_at = started_at
+            state.wall_offset_s = max(0.0, time.time() - started_at)
         run = _TaskRun(self, state, checkpoint, durable=durable)
-        with structlog.contextvars.bound_contextvars(task_id=task_id):
+        with (
+            structlog.contextvars.bound_contextvars(task_id=task_id),
+            tracing.span("task", attributes={"conductor.task_id": task_id, "conductor.durable": durable}),
+        ):
             result = await run.run()
         result = msgspec.structs.replace(result, latency_s=time.monotonic() - started + state.wall_offset_s)
         await run.emit(ProgressEvent(task_id=task_id, kind="done", error=result.error))
@@ -173,6 +193,16 @@ class _TaskRun:
         )
         self._checkpoint = checkpoint
         self._save_lock = asyncio.Lock()
+        self.deadline = current_deadline()  # the solve's requester's, when it sent one (conductor/liveness.py)
+
+    def _halt(self) -> ErrorInfo | None:
+        """Why no further paid call may start: a budget ran out, or the requester's deadline passed (an abandoned
+        solve: nobody will read its result, so nothing more is spent on it)."""
+        if (reason := self.meter.exceeded()) is not None:
+            return _budget_error(reason)
+        if expired(self.deadline):
+            return ErrorInfo(code=ErrorCode.TIMEOUT, message="the requester's deadline passed; no further calls made")
+        return None
 
     async def emit(self, event: ProgressEvent) -> None:
         """The one place a task's progress events go out, unless its request turned them off."""
@@ -208,6 +238,8 @@ class _TaskRun:
             await self.save()
         structlog.contextvars.unbind_contextvars("round")
         verdict, reward = await self._verify(parsed=_parsed(st.rounds))
+        if isinstance(verdict, ErrorInfo):  # the verifier is down: no verdict yet, the task is retried later
+            error, verdict = verdict, None
         return SolveResult(
             task_id=st.task_id,
             answer=st.answer,
@@ -221,8 +253,8 @@ class _TaskRun:
     async def _plan_round(self, rnd: int) -> tuple[ErrorInfo | None, bool]:
         """Ask the planner for this round's workflow. Returns (error, stop)."""
         st, req = self.state, self.req
-        if (reason := self.meter.exceeded()) is not None:
-            return _budget_error(reason), True
+        if (halt := self._halt()) is not None:
+            return halt, True
         plan = await self.ex.transport.plan(
             PlanRequest(
                 task_id=st.task_id,
@@ -269,8 +301,8 @@ class _TaskRun:
             if stop.is_set() or any(r.error is not None for r in records):
                 done[i].set_result(_skipped(i, wf, self.workers))
                 return
-            if (reason := self.meter.exceeded()) is not None:
-                stop_error.append(_budget_error(reason))
+            if (halt := self._halt()) is not None:
+                stop_error.append(halt)
                 stop.set()
                 done[i].set_result(_skipped(i, wf, self.workers))
                 return
@@ -301,6 +333,16 @@ class _TaskRun:
 
     async def _call_worker(self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]]) -> StepRecord:
         worker = self.workers[wf.model_id[i]]
+        step = {"conductor.round": rnd, "conductor.step": i, "conductor.worker": worker.name}
+        with tracing.span(f"step {rnd}.{i}", attributes=step) as span:
+            record = await self._call_worker_traced(rnd, i, wf, history, worker)
+            if span is not None and record.error is not None:
+                span.set_status(StatusCode.ERROR, record.error.code)
+            return record
+
+    async def _call_worker_traced(
+        self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]], worker: WorkerSpec
+    ) -> StepRecord:
         timeout = self.ex.settings.work_timeout_s
         remaining = self.meter.remaining_wall()
         if remaining is not None:
@@ -309,7 +351,9 @@ class _TaskRun:
         reply = await self.ex.transport.work(
             WorkRequest(
                 worker=worker.name,
-                messages=build_messages(self.req.question, wf.subtasks[i], history),
+                messages=build_messages(
+                    self.req.question, wf.subtasks[i], history, answer_format=self._answer_format(i, wf)
+                ),
                 task_id=self.state.task_id,
                 round=rnd,
                 step=i,
@@ -335,12 +379,17 @@ class _TaskRun:
         )
         return _step_record(i, wf, worker.name, reply)
 
-    async def _verify(self, *, parsed: bool) -> tuple[Verdict | None, float | None]:
+    def _answer_format(self, i: int, wf: Workflow) -> str | None:
+        """The step's answer-format instruction: the pool's choice for the task's domain (conductor/answer_format.py)."""
+        final = i == len(wf) - 1
+        return self.ex.pool.answer_format.for_step(self.req.domain, self.req.question, wf.subtasks[i], final=final)
+
+    async def _verify(self, *, parsed: bool) -> tuple[Verdict | ErrorInfo | None, float | None]:
         req, task_id, answer = self.req, self.state.task_id, self.state.answer
         if req.reference is None:
             return None, None
         if answer is None:
-            # Nothing to verify: no workflow ran to completion. Unparseable -> reward 0 (PAPER.md §3).
+            # Nothing to verify: no workflow ran to completion. Unparseable -> reward 0 (docs/method.md §3).
             return None, (UNPARSEABLE if not parsed else None)
         batch = VerifyBatch(
             items=[
@@ -353,7 +402,11 @@ class _TaskRun:
                 )
             ]
         )
-        result = await self.ex.transport.verify(batch, timeout=self.ex.settings.verify_timeout_s)
+        result = await verify(
+            self.ex.transport, batch, timeout=self.ex.settings.verify_timeout_s, calls=self.ex.settings.calls
+        )
+        if isinstance(result, ErrorInfo):
+            return result, None
         if result.error is not None or len(result.verdicts) != 1:
             err = result.error or ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message="verifier returned no verdict")
             return Verdict(id=task_id, outcome=Outcome.ERROR, reason=err.message, error=err), None

@@ -8,16 +8,28 @@ FastStream's default for NATS drops a message whose handler raises; here every o
 | bad input (undecodable, invalid)                     | typed error result stored and published, ack        |
 | finished, or failed deterministically                | result stored, then published, then ack             |
 | transient failure (unavailable, retryable worker err)| checkpoint kept, nak with backoff (resumes later)   |
-| transient failure on the last allowed delivery       | dead letter (task, error chain, attempts) + result  |
+| transient failures lasting past the retry horizon    | dead letter (task, error chain, attempts) + result  |
+| (backstop) a transient failure on delivery MaxDeliver| dead letter + result, as above                      |
 | crash / lost connection mid-task                     | no ack: redelivered after AckWait, resumes          |
 | shutdown outlasting the drain timeout (cancelled)    | nak (2 s delay): redelivered soon, resumes          |
 
 While a task runs, an in-progress ack every ``ack_wait/3`` keeps JetStream from redelivering it.
+
+Time, not counts: the retry horizon (``retry_horizon_s``, 10 min) bounds how long a task's transient failures may
+last, counted from the first failure after its last progress, so an outage shorter than the horizon never
+dead-letters a task however many deliveries it takes. The task's start is kept in its checkpoint: ``max_wall_s``
+and ``latency_s`` count from its first delivery across redeliveries (for a task redelivered before its first
+checkpoint landed, from its submission: the stream's timestamp is the earliest start on record).
+
+A window to know about: JetStream's duplicate window forgets ids it has already seen when nats-server restarts
+(measured by the outside audit), so a resubmitted id is accepted again. The stored-result check below is what
+prevents the re-run: such a delivery finds the result, re-publishes its (deduplicated) event and is acked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import msgspec
 import nats.errors
@@ -26,6 +38,7 @@ from nats.aio.msg import Msg
 
 from conductor import metrics
 from conductor.aio import stop_task
+from conductor.pool import Pool
 from conductor.wire import WireError, decode
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import SolveRequest, SolveResult
@@ -56,8 +69,48 @@ def fallback_task_id(msg: Msg) -> str:
     return msg_id if msg_id and valid_task_id(msg_id) else f"seq-{msg.metadata.sequence.stream}"
 
 
+MAX_ERRORS_KEPT = 50  # the newest transient errors kept in the checkpoint and the dead letter
+
+
+def admission(pool: Pool, settings: IntakeSettings, handler_concurrency: int) -> int:
+    """How many tasks this executor runs at once: the configured number, else what the pool can serve at once
+    (the sum of its workers' deployment-wide concurrency: a task has about one worker call in flight), never more
+    than the handler concurrency. FastStream's pull consumer then holds at most about twice this many fetched
+    tasks (running plus a hand-over buffer of the same size); the rest stay in the stream for other replicas."""
+    wanted = settings.concurrency or sum(w.concurrency for w in pool.workers)
+    return max(1, min(wanted, handler_concurrency))
+
+
 def backoff_s(delivered: int, settings: IntakeSettings) -> float:
     return min(settings.backoff_max_s, settings.backoff_base_s * 2 ** max(0, delivered - 1))
+
+
+def progress_of(cp: TaskCheckpoint) -> int:
+    """Finished plans and steps: grows whenever a delivery got anything done."""
+    return len(cp.rounds) + sum(len(r.steps) for r in cp.rounds)
+
+
+def failed_again(cp: TaskCheckpoint, error: ErrorInfo, now: float) -> TaskCheckpoint:
+    """The checkpoint after one more transient failure: a new failing run starts unless one is already going
+    and no progress was made since it began."""
+    progress = progress_of(cp)
+    if cp.failing_since is None or progress > cp.failing_progress:
+        cp = msgspec.structs.replace(cp, failing_since=now, failing_progress=progress)
+    return msgspec.structs.replace(cp, errors=[*cp.errors, error][-MAX_ERRORS_KEPT:])
+
+
+def given_up(cp: TaskCheckpoint, delivered: int, now: float, settings: IntakeSettings) -> bool:
+    failing_for = now - (cp.failing_since if cp.failing_since is not None else now)
+    return failing_for >= settings.retry_horizon_s or delivered >= settings.max_deliver
+
+
+def start_of(cp: TaskCheckpoint | None, msg: Msg, now: float) -> float:
+    """When the task started (see the module docstring)."""
+    if cp is not None and cp.started_at is not None:
+        return cp.started_at
+    if msg.metadata.num_delivered > 1:
+        return min(now, msg.metadata.timestamp.timestamp())
+    return now
 
 
 class Intake:
@@ -89,8 +142,9 @@ class Intake:
                 await self._finish(msg, existing, counted=False)
                 return
             resume = await self.store.checkpoint(task_id)
+            started_at = start_of(resume, msg, time.time())
             try:
-                result = await self._run(msg, req, resume)
+                result = await self._run(msg, req, resume, started_at)
             except Exception as exc:
                 log.exception("task delivery failed")
                 result = SolveResult(
@@ -98,16 +152,18 @@ class Intake:
                     error=ErrorInfo(code=ErrorCode.INTERNAL, message=repr(exc), retryable=True),
                 )
             if is_transient(result.error):
-                await self._retry_or_dead_letter(msg, req, result, delivered)
+                await self._retry_or_dead_letter(msg, req, result, delivered, started_at)
                 return
             await self._finish(msg, result, counted=True)
 
-    async def _run(self, msg: Msg, req: SolveRequest, resume: TaskCheckpoint | None) -> SolveResult:
+    async def _run(
+        self, msg: Msg, req: SolveRequest, resume: TaskCheckpoint | None, started_at: float
+    ) -> SolveResult:
         finished = asyncio.Event()
         heartbeat = asyncio.create_task(self._keep_alive(msg, finished))
         try:
             return await self.executor.solve(
-                req, resume=resume, checkpoint=self.store.save_checkpoint, durable=True
+                req, resume=resume, checkpoint=self.store.save_checkpoint, durable=True, started_at=started_at
             )
         except asyncio.CancelledError:
             # Shutdown outlasted the drain timeout: hand the task back now (it resumes from its last checkpoint
@@ -132,20 +188,24 @@ class Intake:
                 log.warning("in-progress ack not sent", error=repr(exc))
 
     async def _retry_or_dead_letter(
-        self, msg: Msg, req: SolveRequest, result: SolveResult, delivered: int
+        self, msg: Msg, req: SolveRequest, result: SolveResult, delivered: int, started_at: float
     ) -> None:
         assert result.error is not None and req.task_id is not None
-        cp = await self.store.checkpoint(req.task_id) or TaskCheckpoint(task_id=req.task_id, request=req)
-        errors = [*cp.errors, result.error]
-        if delivered < self.settings.max_deliver:
-            await self.store.save_checkpoint(msgspec.structs.replace(cp, errors=errors))
+        now = time.time()
+        cp = await self.store.checkpoint(req.task_id) or TaskCheckpoint(
+            task_id=req.task_id, request=req, started_at=started_at
+        )
+        cp = failed_again(cp, result.error, now)
+        if not given_up(cp, delivered, now, self.settings):
+            await self.store.save_checkpoint(cp)
             delay = backoff_s(delivered, self.settings)
             log.warning("transient failure; redelivering", error=result.error.message, delay_s=delay)
             await msg.nak(delay=delay)
             return
-        log.error("giving up after max deliveries", attempts=delivered, error=result.error.message)
+        log.error("giving up: transient failures outlasted the retry horizon", attempts=delivered,
+                  failing_s=round(now - (cp.failing_since or now), 1), error=result.error.message)  # fmt: skip
         await self.store.dead_letter(
-            DeadLetter(task_id=req.task_id, request=req, attempts=delivered, errors=errors)
+            DeadLetter(task_id=req.task_id, request=req, attempts=delivered, errors=cp.errors)
         )
         metrics.DEAD_LETTERS.inc()
         await self._finish(msg, result, counted=True)

@@ -15,6 +15,7 @@ from nats.js.kv import KeyValue
 from conductor.wire import encode
 from schemas.solve import SolveResult
 from schemas.tasks import (
+    CHECKPOINT_VERSION,
     DeadLetter,
     Names,
     TaskCheckpoint,
@@ -122,7 +123,8 @@ class TaskStore:
         return _checkpoint_dec.decode(entry.value) if entry.value else None
 
     async def save_checkpoint(self, cp: TaskCheckpoint) -> None:
-        await self.checkpoints.put(cp.task_id, encode(cp))
+        """Stamped with this executor's format version, whoever wrote the checkpoint it resumed from."""
+        await self.checkpoints.put(cp.task_id, encode(msgspec.structs.replace(cp, schema_version=CHECKPOINT_VERSION)))
 
     async def drop_checkpoint(self, task_id: str) -> None:
         await self.checkpoints.purge(task_id)

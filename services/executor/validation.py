@@ -1,4 +1,9 @@
-"""Semantic checks on a solve request that the schema cannot express; each failure names the field."""
+"""Semantic checks on a solve request that the schema cannot express; each failure names the field.
+
+The schema's bounds (``schemas/solve.py``: non-blank question, non-empty pool, ``max_steps`` >= 1, ``max_rounds``
+>= 0, positive budget limits) are checked when the request is decoded (``conductor.endpoints.serve``, the durable
+intake), before it gets here; what is left depends on this deployment (its pool and caps) or on more than one field.
+"""
 
 from __future__ import annotations
 
@@ -16,30 +21,21 @@ def bad_request(message: str, field: str) -> ErrorInfo:
 
 def validate(req: SolveRequest, pool: Pool, settings: ExecutorSettings) -> ErrorInfo | None:
     """Semantic checks the schema cannot express; each failure names the field."""
-    if not req.question.strip():
-        return bad_request("question must not be empty", "question")
     if len(req.question) > settings.max_question_chars:
         return bad_request(f"question exceeds {settings.max_question_chars} characters", "question")
     if req.task_id is not None and not valid_task_id(req.task_id):
         return bad_request(TASK_ID_RULE, "task_id")
     if req.pool is not None:
-        if not req.pool:
-            return bad_request("pool must name at least one worker", "pool")
         known = set(pool.names())
         for i, name in enumerate(req.pool):
             if name not in known:
                 return bad_request(f"unknown worker {name!r}; known: {sorted(known)}", f"pool[{i}]")
         if len(set(req.pool)) != len(req.pool):
             return bad_request("pool names a worker twice", "pool")
-    if req.max_steps is not None and not 1 <= req.max_steps <= settings.max_steps_cap:
+    if req.max_steps is not None and req.max_steps > settings.max_steps_cap:
         return bad_request(f"max_steps must be within 1..{settings.max_steps_cap}", "max_steps")
-    if not 0 <= req.max_rounds <= settings.max_rounds_cap:
+    if req.max_rounds > settings.max_rounds_cap:
         return bad_request(f"max_rounds must be within 0..{settings.max_rounds_cap}", "max_rounds")
-    if req.budget is not None:
-        for name in ("max_calls", "max_tokens", "max_cost_usd", "max_wall_s"):
-            value = getattr(req.budget, name)
-            if value is not None and value <= 0:
-                return bad_request("budget limits must be positive", f"budget.{name}")
     return None
 
 

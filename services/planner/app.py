@@ -9,9 +9,8 @@ import structlog
 from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
-from conductor.endpoints import Endpoint
-from conductor.wire import WireError, decode, encode
-from schemas.plan import PLAN_SUBJECT, PlanReply, PlanRequest
+from conductor.endpoints import serve
+from schemas.plan import PLAN, PlanReply, PlanRequest
 from services.planner.config import PlannerSettings, build_policy
 from services.planner.core import Planner
 from services.planner.policy import Policy
@@ -30,14 +29,9 @@ class PlannerService:
         self._policy = policy
         self.planner = Planner(settings, policy)
         self.router = NatsRouter()
+        common = settings.common
         self.endpoints = [
-            Endpoint(
-                settings.common.subject(PLAN_SUBJECT),
-                queue="planner",
-                title="plan",
-                handler=self.handle_plan,
-                on_error=lambda info: encode(PlanReply(policy="", error=info)),
-            )
+            serve(PLAN, self.handle_plan, prefix=common.subject_prefix, max_bytes=common.max_payload_bytes)
         ]
 
     async def start(self, broker: NatsBroker) -> None:
@@ -48,21 +42,15 @@ class PlannerService:
         if self._policy is not None:
             await self._policy.aclose()
 
-    async def handle_plan(self, body: bytes) -> bytes:
-        """JSON ``PlanRequest`` in, JSON ``PlanReply`` out; bad input is a typed error naming the field."""
-        try:
-            req = decode(body, PlanRequest, max_bytes=self.settings.common.max_payload_bytes)
-        except WireError as exc:
-            log.info("rejected plan request", error=exc.info.message, field=exc.info.field)
-            metrics.bad_request(PLAN_SUBJECT)
-            return encode(PlanReply(policy="", error=exc.info))
+    async def handle_plan(self, req: PlanRequest) -> PlanReply:
+        """A workflow for the request (bad input was answered by ``serve`` before it got here)."""
         started = time.monotonic()
         with structlog.contextvars.bound_contextvars(task_id=req.task_id, round=req.round):
             reply = await self.planner.plan(req)
             metrics.plan_finished(reply, time.monotonic() - started)
             log.info("planned", policy=reply.policy, steps=len(reply.workflow) if reply.workflow else None,
                      attempts=reply.attempts, fallback=reply.fallback_used, error=reply.error and reply.error.code)  # fmt: skip
-        return encode(reply)
+        return reply
 
 
 def create_service(env: Mapping[str, str] | None = None) -> PlannerService:

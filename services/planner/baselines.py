@@ -1,4 +1,4 @@
-"""Planners that need no model: the paper's baselines (PAPER.md §7) and the planner's fallbacks.
+"""Planners that need no model: the paper's baselines (docs/method.md §7) and the planner's fallbacks.
 
 Each writes a ``Workflow`` plus its rendered completion (``render_completion``), so results, recursion prompts and
 the executor treat a baseline exactly like a Conductor. Workers are ordinals into the request's pool.
@@ -7,13 +7,13 @@ Spec grammar (``CONDUCTOR_PLANNER_FALLBACK``, ``PlanRequest.policy``, ``baseline
 
     single[:W]         worker W (default 0) answers alone                                  1 step
     moa[:K][@A]        K proposers (default: every worker, cycling), access []; then aggregator A (default 0)
-                       with "all". The paper's MoA is one proposer layer + aggregator (PAPER.md §7). K is capped
+                       with "all". The paper's MoA is one proposer layer + aggregator (docs/method.md §7). K is capped
                        at max_steps - 1; with max_steps = 1 MoA is ``single:A``.
     refine[:N][@W]     self-refinement: W answers, then revises N - 1 times with "all" access     N steps
                        (default N = max_steps; the paper's self-reflection revises up to 5 times)
     consensus[:N][@W]  N independent samples of W (access []), then W itself reads them ("all") and states the
                        majority answer. The vote is done by the worker, an LLM, not by code: answers are free
-                       text and "the same answer" needs judgement. N defaults to 5 (PAPER.md §7) and is capped
+                       text and "the same answer" needs judgement. N defaults to 5 (docs/method.md §7) and is capped
                        at max_steps - 1.
 
 On a recursion round a baseline hands the previous answer back (three empty lists): re-running a fixed strategy
@@ -34,7 +34,7 @@ Kind = Literal["single", "moa", "refine", "consensus"]
 KINDS: tuple[Kind, ...] = ("single", "moa", "refine", "consensus")
 
 CONSENSUS_SAMPLES = 5
-"""PAPER.md §7: the consensus baseline draws 5 samples."""
+"""docs/method.md §7: the consensus baseline draws 5 samples."""
 
 ANSWER = (
     "Answer the question. Reason step by step, then state the final answer clearly at the end in the form the "

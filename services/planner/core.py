@@ -1,6 +1,6 @@
 """Plan one round: choose the policy, build the prompt, sample, parse; resample on format failures, then fall back.
 
-Serving rules (the training reward treats a format failure as 0, PAPER.md §3; a user should get an answer):
+Serving rules (the training reward treats a format failure as 0, docs/method.md §3; a user should get an answer):
 
 - A model policy is sampled up to ``1 + resamples`` times; each unparseable sample's reason is recorded in
   ``format_failures``. When all fail, the configured fallback baseline writes the workflow (``fallback_used``);
@@ -19,6 +19,7 @@ from __future__ import annotations
 import msgspec
 import structlog
 
+from conductor.prompt import conductor_messages, recursion_messages
 from conductor.workflow import WorkflowFormatError, parse_completion
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest
@@ -26,7 +27,6 @@ from schemas.usage import Usage
 from services.planner.baselines import BaselineError, BaselineSpec, handback, parse_baseline, plan_baseline
 from services.planner.config import PlannerSettings
 from services.planner.policy import Policy, PolicyError
-from services.planner.prompts import conductor_messages, recursion_messages
 
 log = structlog.get_logger("conductor.planner")
 
@@ -65,17 +65,14 @@ class Planner:
         return await self._sample(chosen, req)
 
     def _check(self, req: PlanRequest) -> PlanReply | None:
-        if not req.question.strip():
-            return bad_request("question must not be empty", "question")
-        if not req.workers:
-            return bad_request("the pool view must list at least one worker", "workers")
+        """What the schema's bounds (checked on decode) cannot say: the numbering and this planner's cap."""
         for i, card in enumerate(req.workers):
             if card.index != i:
                 return bad_request(
                     f"worker cards must be numbered 0..n-1 in order; found {card.index}",
                     f"workers[{i}].index",
                 )
-        if not 1 <= req.max_steps <= self.settings.max_steps_cap:
+        if req.max_steps > self.settings.max_steps_cap:
             return bad_request(f"max_steps must be within 1..{self.settings.max_steps_cap}", "max_steps")
         return None
 

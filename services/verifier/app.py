@@ -9,11 +9,11 @@ import structlog
 from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
-from conductor.endpoints import Endpoint
-from conductor.wire import WireError, decode, encode
-from schemas.verify import VERIFY_SUBJECT, Outcome, VerifyBatch, VerifyBatchResult
+from conductor.endpoints import serve
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.verify import VERIFY, Outcome, VerifyBatch, VerifyBatchResult
 from services.verifier.config import Settings
-from services.verifier.core import Verifier
+from services.verifier.core import BatchTooLarge, Verifier
 
 log = structlog.get_logger("conductor.verifier")
 
@@ -26,13 +26,13 @@ class VerifierService:
         self._given = verifier  # tests share one warm verifier; the service then neither starts nor stops it
         self.verifier: Verifier | None = None
         self.router = NatsRouter()
+        # Code references (LiveCodeBench private tests) make verify batches far larger than other messages.
         self.endpoints = [
-            Endpoint(
-                settings.common.subject(VERIFY_SUBJECT),
-                queue="verifier",
-                title="verify",
-                handler=self.handle_verify,
-                on_error=lambda info: encode(VerifyBatchResult(error=info)),
+            serve(
+                VERIFY,
+                self.handle_verify,
+                prefix=settings.common.subject_prefix,
+                max_bytes=settings.max_payload_bytes,
             )
         ]
 
@@ -51,20 +51,19 @@ class VerifierService:
             await self.verifier.close()
         self.verifier = None
 
-    async def handle_verify(self, body: bytes) -> bytes:
-        """A bad payload is a typed error naming the field; every item otherwise gets exactly one verdict, in order."""
+    async def handle_verify(self, batch: VerifyBatch) -> VerifyBatchResult:
+        """Every item gets exactly one verdict, in order (a bad payload was answered by ``serve``)."""
         assert self.verifier is not None, "service not started"
-        try:
-            batch = decode(body, VerifyBatch, max_bytes=self.settings.max_payload_bytes)
-        except WireError as exc:
-            log.info("rejected verify batch", error=exc.info.message, field=exc.info.field)
-            metrics.bad_request(VERIFY_SUBJECT)
-            return encode(VerifyBatchResult(error=exc.info))
         started = time.monotonic()
-        verdicts = await self.verifier.verify_batch(batch.items)
+        try:
+            verdicts = await self.verifier.verify_batch(batch.items)
+        except BatchTooLarge as exc:
+            return VerifyBatchResult(
+                error=ErrorInfo(code=ErrorCode.BAD_REQUEST, message=str(exc), field="items")
+            )
         metrics.verified(verdicts, time.monotonic() - started)
         log.info("verified", items=len(verdicts), errors=sum(v.outcome is Outcome.ERROR for v in verdicts))
-        return encode(VerifyBatchResult(verdicts=verdicts))
+        return VerifyBatchResult(verdicts=verdicts)
 
 
 def create_service(env: Mapping[str, str] | None = None) -> VerifierService:

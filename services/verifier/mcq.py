@@ -3,7 +3,8 @@
 A letter counts only when the response states it as its answer: "Answer: C", "the correct option is (C)",
 "**C**" alone on a line, ``\\boxed{C}``, ``<answer>C</answer>``, or a short response that is just a letter. Stray
 capitals ("I think", "Option A is wrong") and option texts never count. A response that states several different
-letters is wrong, not right: hedging must not pay.
+letters is wrong, not right: hedging must not pay, and that holds across markers (a boxed letter and a
+different "Answer:" letter are two answers).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import unicodedata
 
 import msgspec
 
-from services.verifier.extract import answer_tags, boxed_all, strip_thinking
+from services.verifier.extract import blank, boxed_all, boxed_spans, strip_thinking, tag_spans
 
 LETTERS = "ABCDEFGHIJ"
 # Responses are adversarial, so every pattern is run on a short window after a literal cue, and no two adjacent
@@ -61,27 +62,21 @@ def _dedupe(letters: list[str]) -> list[str]:
 
 
 def extract_choice(response: str) -> Choice:
+    """Every letter the response states under any marker (answer tags, boxes, cues), in order of position; only
+    when none is marked, a letter alone on a line or a short response that is just a letter."""
     region = normalize(strip_thinking(response))
-    tags = answer_tags(region)
-    if tags:
-        letters = [letter for t in tags for letter in (letter_of((boxed_all(t) or [t])[-1]))]
-        return Choice(letters=_dedupe(letters), source="answer_tag")
-    boxes = boxed_all(region)
-    if boxes:
-        return Choice(letters=_dedupe([letter for b in boxes for letter in letter_of(b)]), source="boxed")
-    stated: list[str] = []
-    for cue in _CUE.finditer(region):
-        window = region[cue.end() : cue.end() + WINDOW]
-        m = _STATED.match(window)
-        if not m:
-            continue
-        stated.append((m.group("upper") or m.group("lower")).upper())
-        more = _MORE.match(window, m.end())
-        while more:
-            stated.append(more.group(1).upper())
-            more = _MORE.match(window, more.end())
-    if stated:
-        return Choice(letters=_dedupe(stated), source="cue")
+    tags = tag_spans(region)
+    marked = [(start, letter_of((boxed_all(inner) or [inner])[-1]), "answer_tag") for start, _, inner in tags]
+    rest = blank(region, tags)
+    boxes = boxed_spans(rest)
+    marked += [(start, letter_of(inner), "boxed") for start, _, inner in boxes]
+    marked += [(at, [letter], "cue") for at, letter in _cued_letters(blank(rest, boxes))]
+    marked.sort(key=lambda item: item[0])
+    letters = [letter for _, found, _ in marked for letter in found]
+    if letters:
+        return Choice(
+            letters=_dedupe(letters), source=next(kind for _, found, kind in reversed(marked) if found)
+        )
     bare = [
         m.group(1)
         for line in region.splitlines()
@@ -94,6 +89,22 @@ def extract_choice(response: str) -> Choice:
     if lead and len(stripped) <= SHORT_RESPONSE:
         return Choice(letters=[lead.group(1)], source="leading")
     return Choice(letters=[], source="none")
+
+
+def _cued_letters(text: str) -> list[tuple[int, str]]:
+    """``(position, letter)`` for letters stated after an answer cue ("Answer: C", "the correct option is (C)")."""
+    stated: list[tuple[int, str]] = []
+    for cue in _CUE.finditer(text):
+        window = text[cue.end() : cue.end() + WINDOW]
+        m = _STATED.match(window)
+        if not m:
+            continue
+        stated.append((cue.start(), (m.group("upper") or m.group("lower")).upper()))
+        more = _MORE.match(window, m.end())
+        while more:
+            stated.append((cue.start(), more.group(1).upper()))
+            more = _MORE.match(window, more.end())
+    return stated
 
 
 def gold_letter(answer: str) -> str | None:

@@ -8,10 +8,9 @@ import structlog
 from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
-from conductor.endpoints import Endpoint
+from conductor.endpoints import serve
 from conductor.pool import Pool, load_pool
-from conductor.wire import WireError, decode, encode
-from schemas.work import WORK_SUBJECT, WorkReply, WorkRequest
+from schemas.work import WORK, WORK_SUBJECT, WorkReply, WorkRequest
 from services.worker_adapter.config import WorkerAdapterSettings, api_keys, key_env
 from services.worker_adapter.core import RetryPolicy, WorkerAdapter
 from services.worker_adapter.provider import Provider
@@ -39,14 +38,9 @@ class WorkerAdapterService:
         self.adapter: WorkerAdapter | None = None
         self.shared: Shared | None = None
         self.router = NatsRouter()
+        common = settings.common
         self.endpoints = [
-            Endpoint(
-                settings.common.subject(WORK_SUBJECT),
-                queue="worker-adapter",
-                title="work",
-                handler=self.handle_work,
-                on_error=lambda info: encode(WorkReply(worker="", error=info)),
-            )
+            serve(WORK, self.handle_work, prefix=common.subject_prefix, max_bytes=common.max_payload_bytes)
         ]
 
     async def start(self, broker: NatsBroker) -> None:
@@ -74,15 +68,9 @@ class WorkerAdapterService:
         for provider in {id(p): p for p in (self._providers or {}).values()}.values():
             await provider.aclose()
 
-    async def handle_work(self, body: bytes) -> bytes:
-        """JSON ``WorkRequest`` in, JSON ``WorkReply`` out; provider failures are typed errors in the reply."""
+    async def handle_work(self, req: WorkRequest) -> WorkReply:
+        """One worker call; provider failures are typed errors in the reply."""
         assert self.adapter is not None, "service not started"
-        try:
-            req = decode(body, WorkRequest, max_bytes=self.settings.common.max_payload_bytes)
-        except WireError as exc:
-            log.info("rejected work request", error=exc.info.message, field=exc.info.field)
-            metrics.bad_request(WORK_SUBJECT)
-            return encode(WorkReply(worker="", error=exc.info))
         with structlog.contextvars.bound_contextvars(task_id=req.task_id, round=req.round, step=req.step):
             reply = await self.adapter.call(req)
             log.info(
@@ -93,7 +81,7 @@ class WorkerAdapterService:
                 error=reply.error and reply.error.code,
             )
         metrics.work_finished(req, reply, WORK_SUBJECT)
-        return encode(reply)
+        return reply
 
 
 def create_service(env: Mapping[str, str] | None = None) -> WorkerAdapterService:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Annotated
 
 import msgspec
 
 from conductor.pool import Pool, WorkerSpec
-from conductor.settings import CommonSettings
+from conductor.settings import CommonSettings, Env, Fraction, NonNegative, PositiveSeconds, Seconds, read
 
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 """The env var a hosted provider's key comes from when the pool file names none."""
@@ -20,40 +21,49 @@ class SharedSettings(msgspec.Struct, frozen=True, kw_only=True):
     On by default; it takes effect only where JetStream answers (otherwise a warning and per-process behaviour).
     """
 
-    enabled: bool = True
-    lease_s: float = 15.0  # call claims and slot holdings outlive a crashed replica by at most this
-    calls_ttl_s: float = 24 * 3600.0  # how long a finished call can be replayed to a resumed task
-    cache_ttl_s: float = 7 * 24 * 3600.0
-    reserve_fraction: float = 0.05  # share of rpm/tpm a replica reserves per KV write
+    enabled: Annotated[
+        bool,
+        Env("CONDUCTOR_WORKER_SHARED", "Share call records, the call cache and rate limits across replicas via KV."),
+    ] = True
+    lease_s: Annotated[
+        PositiveSeconds,
+        Env("CONDUCTOR_CALL_LEASE_S", "Call claims and slot holdings outlive a crashed replica by at most this."),
+    ] = 15.0
+    calls_ttl_s: Annotated[
+        PositiveSeconds,
+        Env("CONDUCTOR_CALLS_TTL_S", "How long a finished durable call can be replayed to a resumed task."),
+    ] = 24 * 3600.0
+    cache_ttl_s: Annotated[
+        PositiveSeconds, Env("CONDUCTOR_CACHE_TTL_S", "How long a worker-call cache entry lives.")
+    ] = 7 * 24 * 3600.0
+    reserve_fraction: Annotated[
+        Fraction,
+        Env("CONDUCTOR_RESERVE_FRACTION", "Share of a worker's rpm/tpm a replica reserves per KV write."),
+    ] = 0.05
 
 
 class WorkerAdapterSettings(msgspec.Struct, frozen=True, kw_only=True):
     common: CommonSettings
     shared: SharedSettings = SharedSettings()
-    backoff_base_s: float = 0.5  # first retry waits about this long; doubles per attempt
-    backoff_max_s: float = 20.0  # ceiling of the exponential backoff
-    retry_after_cap_s: float = (
-        60.0  # a provider's Retry-After is honoured up to this, so no call parks for hours
-    )
-    local_threads: int = 0  # torch intra-op threads for the local provider; 0 keeps torch's default
+    backoff_base_s: Annotated[
+        Seconds,
+        Env("CONDUCTOR_RETRY_BACKOFF_BASE_S", "First wait before retrying a failed provider call; doubles per try."),
+    ] = 0.5
+    backoff_max_s: Annotated[
+        Seconds, Env("CONDUCTOR_RETRY_BACKOFF_MAX_S", "Ceiling of the exponential provider-retry backoff.")
+    ] = 20.0
+    retry_after_cap_s: Annotated[
+        Seconds,
+        Env("CONDUCTOR_RETRY_AFTER_CAP_S", "A provider's Retry-After is honoured up to this, so no call parks for hours."),
+    ] = 60.0
+    local_threads: Annotated[
+        NonNegative,
+        Env("CONDUCTOR_LOCAL_THREADS", "torch intra-op threads for the `local` provider; 0 keeps torch's default."),
+    ] = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerAdapterSettings:
-        env = os.environ if env is None else env
-        return cls(
-            common=CommonSettings.from_env(env),
-            backoff_base_s=float(env.get("CONDUCTOR_BACKOFF_BASE_S", "0.5")),
-            backoff_max_s=float(env.get("CONDUCTOR_BACKOFF_MAX_S", "20")),
-            retry_after_cap_s=float(env.get("CONDUCTOR_RETRY_AFTER_CAP_S", "60")),
-            local_threads=int(env.get("CONDUCTOR_LOCAL_THREADS", "0")),
-            shared=SharedSettings(
-                enabled=env.get("CONDUCTOR_WORKER_SHARED", "1").lower() not in {"0", "false", "no"},
-                lease_s=float(env.get("CONDUCTOR_CALL_LEASE_S", "15")),
-                calls_ttl_s=float(env.get("CONDUCTOR_CALLS_TTL_S", "86400")),
-                cache_ttl_s=float(env.get("CONDUCTOR_CACHE_TTL_S", "604800")),
-                reserve_fraction=float(env.get("CONDUCTOR_RESERVE_FRACTION", "0.05")),
-            ),
-        )
+        return read(cls, env)
 
 
 def key_env(spec: WorkerSpec) -> str | None:

@@ -1,5 +1,5 @@
 """An OpenAI-compatible Chat Completions endpoint as the policy: how vLLM serves the trained Conductor, and how a
-hosted model is used as the conductor (the paper's frontier-model ablation, PAPER.md §7)."""
+hosted model is used as the conductor (the paper's frontier-model ablation, docs/method.md §7)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""The code sandbox: a pool of warm bubblewrap sandboxes that run candidate programs and report raw results."""
+"""The code sandbox: a set of warm bubblewrap sandboxes that run candidate programs and report raw results."""

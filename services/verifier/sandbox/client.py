@@ -7,22 +7,23 @@ infrastructure error instead of running the program with less isolation than the
 
 from __future__ import annotations
 
-import logging
 import math
 import shutil
 
 import msgspec
+import structlog
 
 from services.verifier.config import ALL_LAYERS, Settings
-from services.verifier.pool import Launch, Lease, WorkerPool
-from services.verifier.sandbox import launcher
+from services.verifier.processes import Launch, Lease, ProcessSet
+from services.verifier.sandbox import budget, launcher
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger("conductor.verifier.sandbox")
 
 
 class LayerReport(msgspec.Struct, frozen=True, kw_only=True):
     backend: str
     active: dict[str, bool]
+    memory: str = ""  # how the sample's total memory is bounded (budget.Budget.describe)
 
     @property
     def missing(self) -> list[str]:
@@ -31,7 +32,7 @@ class LayerReport(msgspec.Struct, frozen=True, kw_only=True):
     def describe(self) -> str:
         on = ", ".join(n for n in ALL_LAYERS if self.active.get(n))
         off = ", ".join(self.missing) or "none"
-        return f"backend={self.backend}; active: {on}; missing: {off}"
+        return f"backend={self.backend}; active: {on}; missing: {off}; {self.memory}"
 
 
 class SandboxRefused(Exception):
@@ -39,15 +40,16 @@ class SandboxRefused(Exception):
 
 
 class Sandbox:
-    """A pool of warm sandbox supervisors plus what they reported about their isolation."""
+    """A set of warm sandbox supervisors plus what they reported about their isolation."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.backend = launcher.choose_backend(settings)
-        self.pool = WorkerPool(
+        self.processes = ProcessSet(
             "sandbox", self._spawn, settings.sandbox_workers, settings.worker_start_timeout_s
         )
-        self.layers = LayerReport(backend=self.backend, active={})
+        self.budget = budget.plan(settings.limits)
+        self.layers = LayerReport(backend=self.backend, active={}, memory=self.budget.describe())
         self.refusal: str | None = None
         self.scratch_dirs: list[str] = []
 
@@ -58,23 +60,23 @@ class Sandbox:
         return Launch(argv=plan.argv, env=plan.env or None, cwd="/", data=plan.seccomp)
 
     async def start(self) -> LayerReport:
-        hellos = await self.pool.start()
+        hellos = await self.processes.start()
         active = {name: all(h["layers"].get(name, False) for h in hellos) for name in hellos[0]["layers"]}
         if self.backend != "bwrap":
             active["hidden"] = False
-        self.layers = LayerReport(backend=self.backend, active=active)
+        self.layers = LayerReport(backend=self.backend, active=active, memory=self.budget.describe())
         missing_required = [n for n in self.settings.sandbox_require if not active.get(n, False)]
         if self.layers.missing:
-            log.warning("SANDBOX ISOLATION INCOMPLETE: %s", self.layers.describe())
+            log.warning("SANDBOX ISOLATION INCOMPLETE", layers=self.layers.describe())
         if missing_required:
             self.refusal = (
                 f"required sandbox layers missing: {', '.join(missing_required)} ({self.layers.describe()})"
             )
-            log.error("REFUSING TO RUN CODE: %s", self.refusal)
+            log.error("REFUSING TO RUN CODE", reason=self.refusal)
         return self.layers
 
     async def close(self) -> None:
-        await self.pool.close()
+        await self.processes.close()
         for path in self.scratch_dirs:
             shutil.rmtree(path, ignore_errors=True)
 
@@ -82,14 +84,22 @@ class Sandbox:
         lim = self.settings.limits
         mb = 1024 * 1024
         return {
-            "memory": lim.memory_mb * mb,
+            "memory": self.budget.per_process_mb * mb,
             "cpu": max(1, math.ceil(timeout) + 1),
             "fsize": lim.fsize_mb * mb,
-            "nproc": lim.nproc,
+            "nproc": self.budget.processes,
             "nofile": lim.nofile,
             "output": lim.output_mb * mb,
-            "timeout": timeout,
+            "result": lim.output_mb * mb,  # one call's reply, and (×2) all of a job's replies together
+            "timeout": timeout,  # CPU seconds of the sample's whole process tree (stdin jobs); wall clock otherwise
+            "wall": self.wall(timeout),
         }
+
+    @staticmethod
+    def wall(timeout: float) -> float:
+        """The wall-clock backstop of a CPU-timed job: room for a sample starved by its neighbours to still finish,
+        but finite for one that sleeps or blocks."""
+        return 2 * timeout + 1
 
     def host_deadline(self, inner: float) -> float:
         """Our own deadline for a job whose inner wall clock is ``inner``: generous, but always finite."""
@@ -98,7 +108,7 @@ class Sandbox:
     def lease(self):  # an async context manager yielding a Lease
         if self.refusal:
             raise SandboxRefused(self.refusal)
-        return self.pool.lease()
+        return self.processes.lease()
 
     async def run(self, lease: Lease, job: dict, inner: float) -> dict:
         return await lease.call(job, self.host_deadline(inner))

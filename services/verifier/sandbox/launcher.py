@@ -21,7 +21,7 @@ from pathlib import Path
 import msgspec
 
 from services.verifier.config import Settings
-from services.verifier.pool import DATA_FD
+from services.verifier.processes import DATA_FD
 from services.verifier.sandbox import seccomp
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"

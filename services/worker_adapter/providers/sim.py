@@ -32,7 +32,9 @@ How one call is answered (s = the worker's skill for the record's domain, else `
    (seed, worker, question); so asking one worker again helps less than asking a different one, as with real
    models at low temperature. Each draw is still uniform, so P above is exact.
 5. Wrong answers come from the record's ``wrong`` list. Output format by domain: math ends ``\boxed{ANSWER}``, mcq
-   ends ``Answer: X``, anything else ends ``Final answer: ...``; a few reasoning sentences come first.
+   ends ``Answer: X``, code ends with the answer (a program) in one fenced ``python`` block — so the real code
+   verifier runs it and a record's ``wrong`` programs are buggy ones — anything else ends ``Final answer: ...``;
+   a few reasoning sentences come first.
 6. Cost and time: tokens = ceil(characters × ``tokens_per_char``) for input (all messages) and output; output longer
    than ``max_tokens`` is cut, losing its final answer, as a real truncation would. It sleeps ``latency_s`` plus
    uniform jitter up to ``latency_jitter_s``, then fails with a simulated HTTP 500 with probability
@@ -100,6 +102,7 @@ _OWN = "\x00own"  # keys no normalised answer can equal
 _TRUTH = "\x00truth"
 _BOXED = re.compile(r"\\boxed\{")
 _ANSWER_LINE = re.compile(r"(?im)^\s*(?:final answer|answer)\s*[:：]\s*(.+?)\s*$")
+_PROGRAM = re.compile(r"(?s)```(?:python|py)?[ \t]*\n(.*?)```")
 
 
 class QuestionRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,6 +167,9 @@ def extract_answer(text: str) -> str | None:
     boxed = _boxed(text)
     if boxed is not None:
         return boxed
+    programs = _PROGRAM.findall(text)  # before answer lines: a program may hold a line starting "answer:"
+    if programs:
+        return programs[-1].strip()
     lines = _ANSWER_LINE.findall(text)
     return lines[-1] if lines else None
 
@@ -265,6 +271,8 @@ def render(domain: str, answer: str | None, rng: random.Random, review: bool) ->
         return f"{body}\nTherefore, the final answer is $\\boxed{{{answer}}}$."
     if domain == "mcq":
         return f"{body}\nAnswer: {answer}"
+    if domain == "code":
+        return f"{body}\n```python\n{answer.strip()}\n```"
     return f"{body}\nFinal answer: {answer}"
 
 

@@ -8,11 +8,15 @@ and the comparison happens outside, on the host.
 
 from __future__ import annotations
 
+import atexit
 import builtins
+import contextlib
+import gc
 import os
 import resource
 import signal
 import sys
+import threading
 import traceback
 import types
 
@@ -73,7 +77,7 @@ def fresh_main() -> dict:
 
 
 def flush_and_exit(code: int) -> None:
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
         except Exception:  # stdout may be closed or broken by the program; the exit code still counts
@@ -82,15 +86,52 @@ def flush_and_exit(code: int) -> None:
 
 
 def run_exec(program: str) -> None:
-    """stdin/stdout mode: run the program as ``__main__``; exit status 0 only for a clean finish."""
-    code = 0
+    """stdin/stdout mode: run the program as ``__main__``, then shut down as ``python prog.py < input`` would."""
+    atexit._clear()  # handlers registered by the zygote's imports are not the program's
+    main = fresh_main()
     try:
-        exec(compile(program, "<candidate>", "exec"), fresh_main())
+        exec(compile(program, "<candidate>", "exec"), main)
     except SystemExit as exc:
-        code = exc.code if type(exc.code) is int else (0 if exc.code is None else 1)
-    except BaseException:  # any crash of the program is a failed test, reported through the exit code
+        code = exit_code(exc)
+    except BaseException:  # the reference prints the traceback and exits 1, after the same shutdown
         traceback.print_exc()
         code = 1
+    else:
+        code = 0
+    shut_down(main, code)
+
+
+def exit_code(exc: SystemExit) -> int:
+    """The status the interpreter gives ``sys.exit(arg)``: None is 0, an int is itself, anything else is printed to
+    stderr and is 1."""
+    if exc.code is None:
+        return 0
+    if type(exc.code) is int:
+        return exc.code & 0xFF
+    try:
+        print(exc.code, file=sys.stderr)
+    except Exception:  # an unprintable exit message still exits 1
+        pass
+    return 1
+
+
+def shut_down(main: dict, code: int) -> None:
+    """The interpreter's own shutdown, in its order, without its cost: join non-daemon threads, run ``atexit``
+    handlers, clear ``__main__`` (``__del__`` at exit) and collect, flush every stream, then exit.
+
+    A full interpreter finalisation would tear down every module the zygote preloaded and touch its whole heap
+    (copy-on-write faults in every forked candidate), about three times the cost of a small test; what a program
+    can observe of it is exactly these steps, so they are done explicitly.
+    """
+    with contextlib.suppress(BaseException):
+        threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()  # prints and skips a failing handler, as at a real exit
+    with contextlib.suppress(BaseException):
+        for name in [n for n in main if n.startswith("_") and n != "__builtins__"]:
+            main[name] = None  # the interpreter clears underscore names first, then the rest
+        for name in [n for n in main if n != "__builtins__"]:
+            main[name] = None
+        gc.collect()  # cycles holding open files or ``__del__`` objects; frozen zygote objects are not examined
     flush_and_exit(code)
 
 
@@ -98,8 +139,12 @@ def _describe(exc: BaseException) -> list[str]:
     return [type(exc).__name__, str(exc)[:500]]
 
 
-def run_serve(program: str) -> None:
-    """Call mode: load the program, then answer call frames until the control pipe closes."""
+def run_serve(program: str, max_reply: int) -> None:
+    """Call mode: load the program, then answer call frames until the control pipe closes.
+
+    A reply larger than ``max_reply`` bytes is replaced by a note saying so: the return value is the candidate's
+    answer, so an oversized one is a wrong answer (judged on the host), not a broken channel.
+    """
     ns = fresh_main()
     try:
         exec(compile(program, "<candidate>", "exec"), ns)
@@ -112,7 +157,12 @@ def run_serve(program: str) -> None:
             call = frames.read(CTL_FD, MAX_CTL_FRAME)
         except frames.FrameError:
             flush_and_exit(0)
-        frames.write(RES_FD, answer(ns, call))
+        reply = frames.encode(answer(ns, call))
+        if len(reply) > max_reply + frames.HEADER.size:
+            reply = frames.encode(
+                {"unencodable": f"a reply of {len(reply)} bytes exceeds the {max_reply}-byte limit"}
+            )
+        frames.write_bytes(RES_FD, reply)
 
 
 def answer(ns: dict, call: dict) -> dict:
@@ -146,9 +196,15 @@ def main(spec: dict, fds: list[int]) -> None:
     if mode == "exec":
         run_exec(first["program"])
     elif mode == "serve":
-        run_serve(first["program"])
+        run_serve(first["program"], int(spec["limits"].get("result", frames.DEFAULT_MAX // 4)))
     elif mode == "unittest":
         import unittest_harness
 
-        unittest_harness.run(first["program"], first["test"], first.get("preload", []), first["nonce"])
+        unittest_harness.run(
+            first["program"],
+            first["test"],
+            first.get("preload", []),
+            first["nonce"],
+            first.get("entry_point", "task_func"),
+        )
     os._exit(122)

@@ -49,7 +49,11 @@ def read(fd: int, max_size: int = DEFAULT_MAX) -> object:
 
 
 def write(fd: int, obj: object) -> None:
-    data = memoryview(encode(obj))
+    write_bytes(fd, encode(obj))
+
+
+def write_bytes(fd: int, frame: bytes) -> None:
+    data = memoryview(frame)
     while data:
         sent = os.write(fd, data)
         data = data[sent:]

@@ -36,8 +36,10 @@ class Capped:
 class FrameReader:
     """Incremental decoder of length-prefixed frames arriving in arbitrary chunks."""
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, max_total: int | None = None) -> None:
         self.max_size = max_size
+        self.max_total = max_total
+        self.total = 0
         self.buf = bytearray()
         self.frames: list[object] = []
         self.eof = False
@@ -48,6 +50,10 @@ class FrameReader:
             self.eof = True
             return
         if self.error:
+            return
+        self.total += len(chunk)
+        if self.max_total is not None and self.total > self.max_total:
+            self.error = f"results exceed {self.max_total} bytes"
             return
         self.buf += chunk
         while len(self.buf) >= HEADER.size:
@@ -96,8 +102,9 @@ class Pump:
         self.readers.pop(fd, None)
         self.pending.pop(fd, None)
 
-    def run(self, done: Callable[[], bool], deadline: float) -> bool:
-        """Pump until ``done()`` or the monotonic ``deadline``; True when done, False on deadline."""
+    def run(self, done: Callable[[], bool], deadline: float, tick: float = 0.25) -> bool:
+        """Pump until ``done()`` or the monotonic ``deadline``; True when done, False on deadline. ``done`` is
+        re-checked at least every ``tick`` seconds even when no pipe is ready."""
         while not done():
             left = deadline - time.monotonic()
             if left <= 0:
@@ -105,7 +112,7 @@ class Pump:
             if not self.readers and not self.pending:
                 time.sleep(min(left, 0.005))
                 continue
-            for key, _ in self.sel.select(min(left, 0.25)):
+            for key, _ in self.sel.select(min(left, tick)):
                 self._service(key.fd)
         return True
 

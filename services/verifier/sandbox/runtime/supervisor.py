@@ -3,8 +3,8 @@
 It forks a candidate zygote at start-up, before it has seen any job, so every candidate process is a fork of a
 memory image that never held a test or an expected output. Candidates run under one uid, the HumanEval tester under
 another, the supervisor itself as root without most capabilities: a candidate can neither signal nor read the
-processes that judge it. The supervisor enforces wall-clock limits, caps output, and after every job kills every
-process in the sandbox but itself, the zygote and init, then wipes /tmp.
+processes that judge it. The jobs themselves (one per op, with their limits and output caps) are in ``jobs``;
+after every job the supervisor kills every process in the sandbox but itself, the zygote and init, then wipes /tmp.
 """
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
 import sys
 import time
 
-import candidate
 import frames
-import tester
-from pump import Capped, FrameReader, Pump
+import jobs
+import reaper
+from reaper import Fatal
 
-ZYGOTE_WAIT = 5.0
+ZYGOTE_WAIT = 10.0
+KILL_WAIT = 10.0  # how long killed processes may take to exit before the sandbox counts as lost
 KEEP_ENV = {
     "PATH",
     "HOME",
@@ -42,10 +42,6 @@ KEEP_ENV = {
     "PYTHONUNBUFFERED",
     "PWD",
 }
-
-
-class Fatal(Exception):
-    """The supervisor lost control of its sandbox (zygote gone, processes unkillable): the host must respawn it."""
 
 
 class Sandbox:
@@ -121,22 +117,35 @@ class Sandbox:
 
     # ---- cleanup ----------------------------------------------------------------------------------------------
     def kill_all(self) -> None:
-        """SIGKILL every process of this sandbox except init, the supervisor, the zygote and the tester."""
-        for attempt in range(400):
+        """SIGKILL every process of this sandbox except init, the supervisor, the zygote and the tester, and remove
+        the sample's SysV IPC objects.
+
+        A sample that left nothing running costs no more than a look at /proc. Anything that is still running after
+        one direct SIGKILL each — a tree that forks as fast as we kill — goes in one atomic ``kill(-1)`` sent as the
+        candidate uid (see reaper); the loop then waits for the dead to exit and catches anything else.
+        """
+        deadline, pause, rounds = time.monotonic() + KILL_WAIT, 0.0005, 0
+        while True:
             alive = [pid for pid in self._other_pids() if not _is_zombie(pid)]
             if not alive:
-                return
-            for pid in alive:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            if attempt:
-                time.sleep(0.0005)
-        raise Fatal("processes survive SIGKILL")
+                break
+            if time.monotonic() > deadline:
+                raise Fatal(f"{len(alive)} processes survive SIGKILL for {KILL_WAIT:.0f}s")
+            if rounds == 1 and self.cand_uid is not None:
+                reaper.reap(self.cand_uid, kill=True)
+            else:
+                for pid in alive:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+            rounds += 1
+            time.sleep(pause)  # a killed process still needs CPU time to exit; on a loaded host that takes a while
+            pause = min(pause * 2, 0.01)
+        reaper.reap(self.cand_uid, kill=False)  # SysV IPC objects: a helper is forked only when there are any
 
     # ---- the long-lived HumanEval tester -------------------------------------------------------------------------
     def tester(self) -> dict:
         if self.tester_proc is None:
-            self.tester_proc = start_tester(self)
+            self.tester_proc = jobs.start_tester(self)
             self.protected.add(self.tester_proc["pid"])
         return self.tester_proc
 
@@ -249,252 +258,15 @@ def zygote_main(sock: socket.socket, config: dict) -> None:
         sock.send(json.dumps({"exit": status}).encode())
 
 
-# ---- jobs -------------------------------------------------------------------------------------------------------
-def exit_info(status: int) -> dict:
-    code = os.waitstatus_to_exitcode(status)
-    return {"code": code if code >= 0 else None, "signal": -code if code < 0 else None}
-
-
-class Run:
-    """One candidate process being pumped: its output sinks, its result frames, and its exit once the zygote reaps it."""
-
-    def __init__(self, sandbox: Sandbox, pump: Pump, child: dict, limits: dict) -> None:
-        self.sandbox, self.pump, self.child = sandbox, pump, child
-        self.stdout = Capped(limits["output"])
-        self.stderr = Capped(16 * 1024)
-        self.results = FrameReader(limits.get("frame", frames.DEFAULT_MAX))
-        self.exit_status: int | None = None
-        self.zfd = sandbox.zsock.fileno()  # type: ignore[union-attr]
-        pump.read(child["stdout"], self.stdout.feed)
-        pump.read(child["stderr"], self.stderr.feed)
-        pump.read(child["res"], self.results.feed)
-        pump.read(self.zfd, self._notice)
-
-    def _notice(self, message: bytes) -> None:
-        if not message:
-            raise Fatal("zygote exited")
-        notice = json.loads(message)
-        if "exit" in notice:
-            self.exit_status = notice["exit"]
-
-    @property
-    def exited(self) -> bool:
-        """The candidate itself is gone (children it left behind may still hold its pipes open)."""
-        return self.exit_status is not None
-
-    def overflow(self) -> bool:
-        return self.stdout.overflow or self.stderr.overflow
-
-    def finish(self) -> dict:
-        """Kill what is left, reap the candidate through the zygote, drain what it wrote, close our pipe ends."""
-        self.pump.forget(self.zfd)
-        if self.exit_status is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.child["pid"], signal.SIGKILL)
-            self.exit_status = self.sandbox.wait_exit()
-        self.sandbox.kill_all()
-        self.pump.run(
-            lambda: not self.pump.readers, time.monotonic() + 1.0
-        )  # every writer is dead: EOF comes fast
-        self.pump.close()
-        for name in ("stdin", "stdout", "stderr", "ctl", "res"):
-            with contextlib.suppress(OSError):
-                os.close(self.child[name])
-        return exit_info(self.exit_status)
-
-    def output(self) -> dict:
-        return {
-            "stdout": self.stdout.data.decode("utf-8", "replace"),
-            "stderr": self.stderr.data[-4000:].decode("utf-8", "replace"),
-        }
-
-
-def _status(done: bool, run: Run, timed_out_status: str = "timeout") -> str:
-    if run.overflow():
-        return "output_limit"
-    return "ok" if done else timed_out_status
-
-
-def job_stdio(sb: Sandbox, req: dict) -> dict:
-    limits = req["limits"]
-    work, _ = sb.fresh_dirs()
-    pump = Pump()
-    child = sb.spawn("exec", limits, work)
-    run = Run(sb, pump, child, limits)
-    pump.write(child["ctl"], frames.encode({"program": req["program"]}), close=True)
-    pump.write(child["stdin"], req.get("stdin", "").encode("utf-8", "surrogateescape"), close=True)
-    child["ctl"] = child["stdin"] = -1
-    start = time.monotonic()
-    done = pump.run(
-        lambda: (run.stdout.eof and run.stderr.eof) or run.exited or run.overflow(), start + limits["timeout"]
-    )
-    elapsed = time.monotonic() - start
-    exit_ = run.finish()
-    return {"status": _status(done, run), "exit": exit_, "elapsed": elapsed, **run.output()}
-
-
-def job_call(sb: Sandbox, req: dict) -> dict:
-    """Load once, then one call per test; stops at the first crash or timeout (later calls cannot be trusted)."""
-    limits = req["limits"]
-    work, _ = sb.fresh_dirs()
-    pump = Pump()
-    child = sb.spawn("serve", limits, work)
-    run = Run(sb, pump, child, limits)
-    os.close(child["stdin"])
-    child["stdin"] = -1
-    pump.write(child["ctl"], frames.encode({"program": req["program"]}))
-    start = time.monotonic()
-    total_deadline = start + limits.get("total", limits["timeout"] * (len(req["calls"]) + 1))
-    status, replies = "ok", []
-
-    def wait_frame(n: int) -> bool:
-        deadline = min(time.monotonic() + limits["timeout"], total_deadline)
-        return pump.run(
-            lambda: (
-                len(run.results.frames) >= n
-                or run.results.eof
-                or run.results.error is not None
-                or run.exited
-                or run.overflow()
-            ),
-            deadline,
-        )
-
-    if not wait_frame(1):
-        status = "timeout"
-    elif run.results.frames and "loaded" in run.results.frames[0]:
-        for i, args in enumerate(req["calls"]):
-            pump.write(
-                child["ctl"], frames.encode({"cls": req.get("cls"), "name": req["name"], "args": args})
-            )
-            if not wait_frame(i + 2):
-                status = "timeout"
-                break
-            if len(run.results.frames) < i + 2:
-                break
-    elapsed = time.monotonic() - start
-    exit_ = run.finish()  # drains frames written just before the candidate exited
-    if run.overflow():
-        status = "output_limit"
-    got = run.results.frames
-    load = got[0] if got else {"load_error": ["Crashed", "no reply from the program"]}
-    replies = got[1:]
-    return {
-        "status": status,
-        "load": load,
-        "replies": replies,
-        "exit": exit_,
-        "elapsed": elapsed,
-        "protocol_error": run.results.error,
-        **run.output(),
-    }
-
-
-def start_tester(sb: Sandbox) -> dict:
-    """Fork the long-lived tester under its own uid; it only ever runs dataset code."""
-    job_r, job_w = os.pipe()
-    result_r, result_w = os.pipe()
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    limits = dict(sb.config["tester_limits"])
-    pid = os.fork()
-    if pid == 0:
-        try:
-            devnull = os.open(os.devnull, os.O_RDWR)
-            candidate.confine(
-                {"cwd": sb.scratch, "limits": limits, "uid": sb.test_uid},
-                [devnull, devnull, devnull, job_r, result_w, theirs.fileno()],
-            )
-        except BaseException:  # never run the tests unconfined
-            os._exit(121)
-        tester.serve()
-    os.close(job_r)
-    os.close(result_w)
-    theirs.close()
-    return {"pid": pid, "job": job_w, "result": result_r, "sock": ours, "reader": FrameReader(1 << 20)}
-
-
-def job_humaneval(sb: Sandbox, req: dict) -> dict:
-    limits = req["limits"]
-    work, _ = sb.fresh_dirs()
-    proc = sb.tester()
-    sb.job_id += 1
-    pump = Pump()
-    child = sb.spawn("serve", limits, work)
-    run = Run(sb, pump, child, limits)
-    pump.forget(child["res"])  # the tester, not the supervisor, talks to the candidate
-    os.close(child["stdin"])
-    child["stdin"] = -1
-    start = time.monotonic()
-    deadline = start + limits["timeout"]
-    pump.write(child["ctl"], frames.encode({"program": req["program"]}))
-    flushed = pump.run(lambda: child["ctl"] not in pump.pending, deadline)
-    verdict = proc["reader"]
-    verdict.frames.clear()
-    done = False
-    if flushed:
-        socket.send_fds(proc["sock"], [b"job"], [child["ctl"], child["res"]])
-        job = {
-            "id": sb.job_id,
-            "prompt": req["prompt"],
-            "test": req["test"],
-            "entry_point": req["entry_point"],
-        }
-        pump.write(proc["job"], frames.encode(job))
-        pump.read(proc["result"], verdict.feed)
-        mine = lambda: any(f.get("id") == sb.job_id for f in verdict.frames)  # noqa: E731
-        done = pump.run(
-            lambda: mine() or verdict.eof or verdict.error is not None or run.overflow(), deadline
-        )
-        pump.forget(proc["result"])
-    elapsed = time.monotonic() - start
-    result = next((f for f in verdict.frames if f.get("id") == sb.job_id), None)
-    if result is None or not done:
-        sb.stop_tester()  # stuck or gone: a fresh one is forked for the next job
-    exit_ = run.finish()
-    result = result or {"passed": False, "error": "tester produced no verdict"}
-    result.pop("id", None)
-    return {"status": _status(done, run), "exit": exit_, "elapsed": elapsed, **result, **run.output()}
-
-
-def job_unittest(sb: Sandbox, req: dict) -> dict:
-    limits = req["limits"]
-    work, _ = sb.fresh_dirs()
-    pump = Pump()
-    child = sb.spawn("unittest", limits, work)
-    run = Run(sb, pump, child, limits)
-    nonce = secrets.token_hex(16)
-    first = {
-        "program": req["program"],
-        "test": req["test"],
-        "preload": req.get("preload", []),
-        "nonce": nonce,
-    }
-    pump.write(child["ctl"], frames.encode(first), close=True)
-    os.close(child["stdin"])
-    child["ctl"] = child["stdin"] = -1
-    start = time.monotonic()
-    done = pump.run(
-        lambda: run.results.eof or run.results.error is not None or run.exited or run.overflow(),
-        start + limits["timeout"],
-    )
-    elapsed = time.monotonic() - start
-    exit_ = run.finish()
-    reports = run.results.frames
-    forged = len(reports) > 1 or (len(reports) == 1 and reports[0].get("nonce") != nonce)
-    report = reports[0] if len(reports) == 1 and not forged else {}
-    return {
-        "status": _status(done, run),
-        "exit": exit_,
-        "elapsed": elapsed,
-        "results": report.get("results"),
-        "tampered": report.get("tampered")
-        or ("a report not written by the harness arrived" if forged else None),
-        "protocol_error": run.results.error,
-        **run.output(),
-    }
-
-
-JOBS = {"stdio": job_stdio, "call": job_call, "humaneval": job_humaneval, "unittest": job_unittest}
+def fitted(reply: dict) -> bytes:
+    """The reply as one frame the host accepts. Output of many control or invalid bytes grows when escaped (a NUL
+    becomes six bytes of JSON), so a job can end up larger than the host's frame limit: that is the program's
+    output being too large, reported as such rather than as a broken sandbox."""
+    frame = frames.encode(reply)
+    if len(frame) <= frames.DEFAULT_MAX:
+        return frame
+    slim = {k: v for k, v in reply.items() if k not in ("stdout", "stderr", "replies", "results")}
+    return frames.encode({**slim, "status": "output_limit", "stdout": "", "stderr": "", "replies": []})
 
 
 # ---- self-check of the isolation layers ---------------------------------------------------------------------------
@@ -561,8 +333,8 @@ def main() -> None:
         except frames.FrameError:
             os._exit(0)
         try:
-            reply = JOBS[req["op"]](sb, req)
+            reply = jobs.JOBS[req["op"]](sb, req)
         except Fatal as exc:
             frames.write(1, {"fatal": str(exc)})
             os._exit(3)
-        frames.write(1, reply)
+        frames.write_bytes(1, fitted(reply))

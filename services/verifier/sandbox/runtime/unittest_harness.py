@@ -42,7 +42,17 @@ import unittest.suite
 from collections.abc import Callable
 
 import frames
+import provenance
 import values
+from provenance import (
+    TEST_MOCKS,
+    Tampered,
+    call_guarded,
+    candidate_running,
+    check_value,
+    is_candidate_code,
+    is_trusted_file,
+)
 
 RES_FD = 4
 PRISTINE_BUILTINS = dict(builtins.__dict__)
@@ -56,15 +66,8 @@ _is_module = types.ModuleType.__instancecheck__
 _enumerate_threads = threading.enumerate
 
 HARNESS_FILE = __file__
-TRUSTED_ROOTS = tuple(
-    os.path.realpath(p) + os.sep
-    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(__file__)}
-)
-SENSITIVE_DUNDERS = frozenset(
-    "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __bool__ __len__ __hash__ __contains__ __iter__ __getitem__ "
-    "__getattr__ __getattribute__ __instancecheck__ __subclasscheck__ __array_ufunc__ __array_function__ "
-    "__float__ __int__ __index__ __str__ __repr__ __format__".split()
-)
+JUDGE_FILES = frozenset({__file__, call_guarded.__code__.co_filename})
+CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__", "__globals__"})
 FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "__code__", "f_back"})
 ALWAYS_BLOCKED = frozenset(
     {
@@ -83,26 +86,10 @@ ALWAYS_BLOCKED = frozenset(
 DIRECT_BLOCKED = frozenset({"sys._getframe", "code.__new__"})
 
 
-class Tampered(BaseException):
-    """Raised into the test when candidate code changed the judge; BaseException so ``except Exception`` misses it."""
-
-
-def is_trusted_file(filename: str) -> bool:
-    return (
-        filename.startswith(TRUSTED_ROOTS)
-        or filename in ("<test>", "<harness>")
-        or filename.startswith("<frozen")
-    )
-
-
-def is_candidate_code(code: types.CodeType) -> bool:
-    return not is_trusted_file(code.co_filename)
-
-
 def _direct_candidate_caller(depth: int = 3) -> bool:
     """True when one of the innermost Python frames under the hook belongs to candidate code."""
     frame = _getframe(2)  # 0: this function, 1: the hook, 2: the code that raised the audited event
-    if frame is not None and frame.f_code.co_filename == HARNESS_FILE:
+    if frame is not None and frame.f_code.co_filename in JUDGE_FILES:
         return False  # the harness itself asking (mock provenance); candidate code cannot run harness code
     for _ in range(depth):
         if frame is None:
@@ -111,6 +98,13 @@ def _direct_candidate_caller(depth: int = 3) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def _process_memory(path: object) -> bool:
+    if not isinstance(path, str | bytes):
+        return False
+    name = os.fsdecode(path)
+    return name.startswith("/proc/") and name.rstrip("/").endswith("/mem")
 
 
 def make_audit_hook():
@@ -124,6 +118,21 @@ def make_audit_hook():
             raise PermissionError(f"{event} is not allowed while tests run")
         if event == "ctypes.dlsym" and str(args[1]).startswith(("Py", "_Py")):
             raise PermissionError("the Python C API is not reachable through ctypes here")
+        if event == "open" and _process_memory(args[0]):
+            raise PermissionError("process memory files are not readable while tests run")
+        if event.startswith("ctypes.") or (event == "object.__setattr__" and args[1] in CODE_ATTRS):
+            busy[0] = (
+                True  # raw memory and code-object writes: refused whenever candidate code is on the stack
+            )
+            try:
+                running = candidate_running()
+            finally:
+                busy[0] = False
+            if running:
+                raise PermissionError(
+                    f"{event} ({args[1] if event == 'object.__setattr__' else 'ctypes'}) while candidate code runs is not allowed"
+                )
+            return
         sensitive = event in DIRECT_BLOCKED or (event == "object.__getattr__" and args[1] in FRAME_ATTRS)
         if event == "compile" and isinstance(args[1], str) and is_trusted_file(args[1]):
             sensitive = True
@@ -140,100 +149,6 @@ def make_audit_hook():
     return audit
 
 
-def _trusted_class(cls: type) -> bool:
-    module = sys.modules.get(getattr(cls, "__module__", None) or "")
-    if module is None:
-        return False
-    if module is builtins:
-        return getattr(builtins, cls.__qualname__, None) is cls
-    filename = getattr(module, "__file__", None) or ""
-    if not filename.startswith(TRUSTED_ROOTS):
-        return False
-    obj: object = module
-    for part in cls.__qualname__.split("."):
-        obj = getattr(obj, part, None)
-    return obj is cls
-
-
-def suspicious_type(cls: type) -> str | None:
-    """Name the dunder a candidate-made class overrides, or None when the type is harmless."""
-    for klass in cls.__mro__:
-        if klass is object or _trusted_class(klass):
-            continue
-        overridden = SENSITIVE_DUNDERS.intersection(klass.__dict__)
-        if overridden:
-            return f"{klass.__qualname__} overrides {sorted(overridden)[0]}"
-    return None
-
-
-CANDIDATE_MOCKS: set[int] = set()
-_mock_init = unittest.mock.NonCallableMock.__init__
-
-
-def _tracked_mock_init(self, *args, **kwargs) -> None:
-    """Remember root mocks built by candidate code: a test's mocks are trusted, a candidate's are rigged values."""
-    _mock_init(self, *args, **kwargs)
-    if _mock_root(self) is self and _created_by_candidate():
-        CANDIDATE_MOCKS.add(id(self))
-
-
-def _created_by_candidate() -> bool:
-    frame = _getframe(1)
-    while frame is not None and frame.f_code.co_filename in (HARNESS_FILE, unittest.mock.__file__):
-        frame = frame.f_back
-    return frame is not None and is_candidate_code(frame.f_code)
-
-
-def _mock_root(mock: object) -> object:
-    seen = 0
-    while seen < 100:
-        state = mock.__dict__  # never truth-test a mock: that calls its (configurable) __bool__
-        parent = state.get("_mock_new_parent")
-        if parent is None:
-            parent = state.get("_mock_parent")
-        if parent is None:
-            return mock
-        mock, seen = parent, seen + 1
-    return mock
-
-
-unittest.mock.NonCallableMock.__init__ = _tracked_mock_init  # installed at import, before any snapshot
-
-
-def check_value(value: object, budget: int = 200_000) -> None:
-    """Walk a returned value (containers, object arrays) and refuse instances of rigged candidate classes."""
-    stack = [value]
-    seen: set[int] = set()
-    while stack and budget > 0:
-        budget -= 1
-        obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        cls = type(obj)
-        if cls in (int, float, str, bool, bytes, complex, type(None)):
-            continue
-        if isinstance(obj, unittest.mock.NonCallableMock):
-            if id(_mock_root(obj)) in CANDIDATE_MOCKS:
-                raise Tampered("returned a mock object built by the candidate")
-            continue  # a mock the test built: trusted, like the test itself
-        problem = suspicious_type(cls)
-        if problem:
-            raise Tampered(f"returned an instance of {problem}")
-        if cls in (list, tuple, set, frozenset):
-            stack.extend(obj)  # type: ignore[arg-type]
-        elif cls is dict:
-            stack.extend(obj.keys())  # type: ignore[attr-defined]
-            stack.extend(obj.values())  # type: ignore[attr-defined]
-        elif getattr(getattr(obj, "dtype", None), "kind", None) == "O" and hasattr(obj, "ravel"):
-            stack.extend(list(obj.ravel()[:budget]))  # type: ignore[attr-defined]
-        elif cls.__module__.startswith("pandas") and hasattr(obj, "to_numpy"):
-            try:
-                stack.append(obj.to_numpy(dtype=object))  # type: ignore[attr-defined]
-            except Exception:  # not every pandas object converts; its own type was already checked
-                pass
-
-
 # The judge's own machinery: any change here is tampering. Elsewhere lazily filled caches are tolerated.
 STRICT_LABELS = (
     "builtins",
@@ -241,6 +156,7 @@ STRICT_LABELS = (
     "json",
     "frames",
     "values",
+    "provenance",
     __name__,
     "sys.modules",
     "the running test",
@@ -257,7 +173,10 @@ class Snapshot:
     """
 
     def __init__(
-        self, watched: list[tuple[str, object]], extra: list[tuple[str, Callable[[], dict]]]
+        self,
+        watched: list[tuple[str, object]],
+        extra: list[tuple[str, Callable[[], dict]]],
+        watch_mocks: bool = True,
     ) -> None:
         self.parts: list[tuple[str, Callable[[], dict], dict, dict]] = []
         for label, obj in watched:
@@ -268,14 +187,16 @@ class Snapshot:
         self.trace = (sys.gettrace(), sys.getprofile(), threading._trace_hook, threading._profile_hook)  # type: ignore[attr-defined]
         self.gc_callbacks = list(gc.callbacks)
         self.threads = set(_enumerate_threads())
+        # Only tests register mocks, and tests do not run inside a candidate call: growth there is forgery.
+        self.test_mocks = frozenset(TEST_MOCKS) if watch_mocks else None
 
     def _add(self, label: str, read: Callable[[], dict]) -> None:
         mapping = read()  # kept: holding the objects keeps their ids unique until the comparison
-        self.parts.append((label, read, mapping, {k: id(v) for k, v in mapping.items()}))
+        self.parts.append((label, read, mapping, {k: _ident(v) for k, v in mapping.items()}))
 
     def diff(self) -> str | None:
         for label, read, before, ids in self.parts:
-            now = {k: id(v) for k, v in read().items()}
+            now = {k: _ident(v) for k, v in read().items()}
             if now == ids:
                 continue
             strict = label.startswith(STRICT_LABELS)
@@ -285,6 +206,8 @@ class Snapshot:
                 if not strict and key in now and (before[key] is None or key.startswith("_")):
                     continue  # library caches filled lazily (``_opener``, ``_cache = None`` -> value)
                 return f"{label}.{key} was {'removed' if key not in now else 'changed'}"
+        if self.test_mocks is not None and frozenset(TEST_MOCKS) != self.test_mocks:
+            return "the registry of the test's mocks was changed"
         if _signal_state() != self.signals:
             return "signal handlers or timers were changed"
         if (sys.gettrace(), sys.getprofile(), threading._trace_hook, threading._profile_hook) != self.trace:  # type: ignore[attr-defined]
@@ -302,6 +225,15 @@ class Snapshot:
             if thread.is_alive():
                 return "a background thread was left running"
         return None
+
+
+def _ident(value: object) -> object:
+    """Identity, and for functions their content too: a method rewritten in place (its code object swapped, or
+    its code pointer overwritten in memory) keeps its identity but not its code."""
+    if type(value) is types.FunctionType:
+        code = value.__code__
+        return (id(value), id(code), code.co_code, id(value.__defaults__), id(value.__kwdefaults__))
+    return id(value)
 
 
 def _namespace(obj: object) -> dict:
@@ -362,24 +294,24 @@ class Judge:
             self.tampered = self.tampered or problem
             raise Tampered(problem)
 
-    def guard(self, func: types.FunctionType) -> types.FunctionType:
+    def guard(self, func: Callable) -> types.FunctionType:
         judge = self
 
         def guarded(*args: object, **kwargs: object) -> object:
             before = judge.snapshot()
             try:
-                result = func(*args, **kwargs)
+                result = call_guarded(func, args, kwargs)
             except Tampered:
                 raise
             except BaseException:
                 judge.verify(before)
                 raise
-            judge.verify(before)
-            try:
+            try:  # before the snapshot check: probing the value may run code that must not change anything either
                 check_value(result)
             except Tampered as exc:
                 judge.tampered = judge.tampered or str(exc)
                 raise
+            judge.verify(before)
             return judge.wrap(result)
 
         guarded.__name__ = getattr(func, "__name__", "task_func")
@@ -524,7 +456,9 @@ def attribute_modules(source: str) -> list[types.ModuleType]:
     return list(found.values())
 
 
-def run(program: str, test: str, extra_preload: list[str], nonce: str) -> None:
+def run(
+    program: str, test: str, extra_preload: list[str], nonce: str, entry_point: str = "task_func"
+) -> None:
     """Load the candidate, then the tests, run every test, report once; never returns."""
     wanted = ["unittest", "unittest.mock", *imported_modules(test), *extra_preload]
     modules = preload(wanted)
@@ -538,6 +472,7 @@ def run(program: str, test: str, extra_preload: list[str], nonce: str) -> None:
         unittest.suite,
         unittest.mock,
         sys.modules[__name__],
+        provenance,
         frames,
         values,
         json,
@@ -545,12 +480,13 @@ def run(program: str, test: str, extra_preload: list[str], nonce: str) -> None:
     ]
     judge = Judge(list({id(m): m for m in core + modules}.values()))
     results: dict[str, str] = {}
-    final = Judge(
-        [frames, values, json, json.encoder, sys.modules[__name__]]
-    ).snapshot()  # the report's own path
+    reporting = Judge([frames, values, json, json.encoder, provenance, sys.modules[__name__]])
+    final = Snapshot(
+        *reporting.scope(), watch_mocks=False
+    )  # the report's own path; tests add mocks meanwhile
     sys.addaudithook(make_audit_hook())
     try:
-        results = _run_armed(program, test, judge)
+        results = _run_armed(program, test, judge, entry_point)
     except Tampered as exc:
         judge.tampered = judge.tampered or str(exc)
     except BaseException as exc:  # reported below; the host turns a broken load into a failed verdict
@@ -565,7 +501,15 @@ def run(program: str, test: str, extra_preload: list[str], nonce: str) -> None:
         os._exit(0)
 
 
-def _run_armed(program: str, test: str, judge: Judge) -> dict[str, str]:
+def _guarded_kind(obj: object) -> bool:
+    """Every callable the program defines is called through the guard, not only plain functions: a callable
+    object or a partial would otherwise run candidate code with no snapshot check and no value check."""
+    if isinstance(obj, types.FunctionType):
+        return True
+    return callable(obj) and not isinstance(obj, type | types.ModuleType | types.BuiltinFunctionType)
+
+
+def _run_armed(program: str, test: str, judge: Judge, entry_point: str) -> dict[str, str]:
     start = judge.snapshot()
     candidate_ns: dict = {"__name__": "__main__", "__builtins__": builtins}
     sys.modules["__main__"] = types.ModuleType("__main__")
@@ -579,11 +523,18 @@ def _run_armed(program: str, test: str, judge: Judge) -> dict[str, str]:
         judge.verify(start)
         return {"<load>": f"error: {type(exc).__name__}: {exc}"[:300]}
     judge.verify(start)
+    entry = candidate_ns.get(entry_point)
+    if entry is not None and not (
+        isinstance(entry, types.FunctionType) and is_candidate_code(entry.__code__)
+    ):
+        raise Tampered(
+            f"the entry point {entry_point} is a {type(entry).__name__}, not a function of the program"
+        )
     test_ns: dict = {"__name__": "__bcb_tests__", "__builtins__": dict(PRISTINE_BUILTINS)}
     for name, obj in candidate_ns.items():
         if name.startswith("__"):
             continue
-        test_ns[name] = judge.guard(obj) if isinstance(obj, types.FunctionType) else obj
+        test_ns[name] = judge.guard(obj) if _guarded_kind(obj) else obj
     exec(compile(test, "<test>", "exec"), test_ns)
     judge.extra.append(("the test module", lambda: test_ns))
     cases = [

@@ -1,8 +1,8 @@
-"""Warm worker processes speaking length-prefixed JSON frames, with deadlines enforced from outside.
+"""Warm helper processes speaking length-prefixed JSON frames, with deadlines enforced from outside.
 
-Math workers and sandbox supervisors are both long-lived children that answer one request at a time. A worker that
+Math processes and sandbox supervisors are both long-lived children that answer one request at a time. One that
 misses its deadline or dies is killed and replaced in the background; the caller gets a typed error (an
-infrastructure failure, never a wrong answer). Nothing a request contains can hang the pool: the wait is always
+infrastructure failure, never a wrong answer). Nothing a request contains can hang the set: the wait is always
 bounded here, in the parent, where the input cannot reach.
 """
 
@@ -10,39 +10,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
 
 import msgspec
+import structlog
 
+from services.verifier.fairness import FairQueue
 from services.verifier.sandbox.runtime import frames
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger("conductor.verifier.processes")
 
 
-class WorkerError(Exception):
-    """The worker, not the input, failed: this becomes an infrastructure-error verdict."""
+class ProcessError(Exception):
+    """The process, not the input, failed: this becomes an infrastructure-error verdict."""
 
 
-class WorkerLost(WorkerError):
-    """The worker process died or broke the protocol mid-request."""
+class ProcessLost(ProcessError):
+    """The process died or broke the protocol mid-request."""
 
 
-class DeadlineExceeded(WorkerError):
-    """Our own deadline fired; the worker was killed and is being replaced."""
+class DeadlineExceeded(ProcessError):
+    """Our own deadline fired; the process was killed and is being replaced."""
 
 
-class WorkerUnavailable(WorkerError):
-    """No worker could be started."""
+class ProcessUnavailable(ProcessError):
+    """No process could be started."""
 
 
 DATA_FD = "@DATA_FD@"
 
 
 class Launch(msgspec.Struct, frozen=True, kw_only=True):
-    """How to start one worker. ``data`` is handed over on an inherited pipe whose number replaces ``@DATA_FD@`` in
+    """How to start one process. ``data`` is handed over on an inherited pipe whose number replaces ``@DATA_FD@`` in
     ``argv`` (bubblewrap reads its seccomp program that way)."""
 
     argv: list[str]
@@ -54,7 +55,7 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
 Spawner = Callable[[int], Launch]
 
 
-class Worker:
+class WarmProcess:
     """One child process; ``hello`` is the first frame it sent (its self-report)."""
 
     def __init__(self, proc: asyncio.subprocess.Process, hello: dict) -> None:
@@ -62,7 +63,7 @@ class Worker:
         self.hello = hello
 
     @classmethod
-    async def start(cls, launch: Launch, timeout: float) -> Worker:
+    async def start(cls, launch: Launch, timeout: float) -> WarmProcess:
         argv, fds = launch.argv, ()
         if launch.data is not None:
             read_end, write_end = os.pipe()
@@ -83,13 +84,13 @@ class Worker:
         finally:
             for fd in fds:
                 os.close(fd)
-        worker = cls(proc, {})
+        proc = cls(proc, {})
         try:
-            worker.hello = await asyncio.wait_for(worker._read(), timeout)
-        except (TimeoutError, WorkerLost) as exc:
-            await worker.kill()
-            raise WorkerUnavailable(f"{launch.argv[0]} did not start: {exc!r}") from exc
-        return worker
+            proc.hello = await asyncio.wait_for(proc._read(), timeout)
+        except (TimeoutError, ProcessLost) as exc:
+            await proc.kill()
+            raise ProcessUnavailable(f"{launch.argv[0]} did not start: {exc!r}") from exc
+        return proc
 
     async def _read(self) -> dict:
         stream = self.proc.stdout
@@ -98,16 +99,16 @@ class Worker:
             header = await stream.readexactly(frames.HEADER.size)
             (size,) = frames.HEADER.unpack(header)
             if size > frames.DEFAULT_MAX:
-                raise WorkerLost(f"oversized frame {size}")
+                raise ProcessLost(f"oversized frame {size}")
             body = await stream.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            raise WorkerLost(f"worker exited (rc={self.proc.returncode})") from exc
+            raise ProcessLost(f"process exited (rc={self.proc.returncode})") from exc
         try:
             reply = frames.decode_body(body)
         except frames.FrameError as exc:
-            raise WorkerLost(str(exc)) from exc
+            raise ProcessLost(str(exc)) from exc
         if not isinstance(reply, dict):
-            raise WorkerLost("reply is not an object")
+            raise ProcessLost("reply is not an object")
         return reply
 
     async def call(self, request: dict, timeout: float) -> dict:
@@ -120,9 +121,9 @@ class Worker:
         except TimeoutError as exc:
             raise DeadlineExceeded(f"no reply within {timeout:.1f}s") from exc
         except (ConnectionError, BrokenPipeError) as exc:
-            raise WorkerLost(f"worker pipe closed: {exc}") from exc
+            raise ProcessLost(f"process pipe closed: {exc}") from exc
         if "fatal" in reply:
-            raise WorkerLost(f"worker gave up: {reply['fatal']}")
+            raise ProcessLost(f"process gave up: {reply['fatal']}")
         return reply
 
     async def kill(self) -> None:
@@ -136,16 +137,16 @@ class Worker:
 
 
 class Slot:
-    """A numbered place in the pool: its own worker (and, for sandboxes, its own uids)."""
+    """A numbered place in the set: its own process (and, for sandboxes, its own uids)."""
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.worker: Worker | None = None
-        self.ready: asyncio.Task[Worker] | None = None
+        self.process: WarmProcess | None = None
+        self.ready: asyncio.Task[WarmProcess] | None = None
 
 
-class WorkerPool:
-    """``size`` warm workers; ``lease()`` hands one out exclusively, ``call`` is lease + one request."""
+class ProcessSet:
+    """``size`` warm processes; ``lease()`` hands one out exclusively, ``call`` is lease + one request."""
 
     def __init__(self, name: str, spawner: Spawner, size: int, start_timeout: float) -> None:
         self.name = name
@@ -153,37 +154,37 @@ class WorkerPool:
         self.size = max(1, size)
         self.start_timeout = start_timeout
         self.slots = [Slot(i) for i in range(self.size)]
-        self.idle: asyncio.Queue[Slot] = asyncio.Queue()
+        self.idle: FairQueue[Slot] = FairQueue()  # round-robin across requesters, not first come
         self.restarts = 0
 
     async def start(self) -> list[dict]:
-        """Start every worker concurrently; returns their hello frames."""
+        """Start every process concurrently; returns their hello frames."""
         for slot in self.slots:
             self._respawn(slot)
-        workers = await asyncio.gather(*(slot.ready for slot in self.slots if slot.ready))
+        started = await asyncio.gather(*(slot.ready for slot in self.slots if slot.ready))
         for slot in self.slots:
-            self.idle.put_nowait(slot)
-        return [w.hello for w in workers]
+            self.idle.put(slot)
+        return [w.hello for w in started]
 
     def _respawn(self, slot: Slot) -> None:
         launch = self.spawner(slot.index)
 
-        async def boot() -> Worker:
-            worker = await Worker.start(launch, self.start_timeout)
-            slot.worker = worker
-            return worker
+        async def boot() -> WarmProcess:
+            proc = await WarmProcess.start(launch, self.start_timeout)
+            slot.process = proc
+            return proc
 
-        slot.worker = None
+        slot.process = None
         slot.ready = asyncio.ensure_future(boot())
 
-    async def _worker(self, slot: Slot) -> Worker:
-        if slot.worker is not None and slot.worker.proc.returncode is None:
-            return slot.worker
-        if slot.ready is None or (slot.ready.done() and (slot.ready.exception() or slot.worker is None)):
+    async def _process(self, slot: Slot) -> WarmProcess:
+        if slot.process is not None and slot.process.proc.returncode is None:
+            return slot.process
+        if slot.ready is None or (slot.ready.done() and (slot.ready.exception() or slot.process is None)):
             self._respawn(slot)
         try:
             return await asyncio.shield(slot.ready)  # type: ignore[arg-type]
-        except WorkerUnavailable:
+        except ProcessUnavailable:
             slot.ready = None
             raise
 
@@ -193,32 +194,32 @@ class WorkerPool:
         try:
             yield Lease(self, slot)
         finally:
-            self.idle.put_nowait(slot)
+            self.idle.put(slot)
 
     async def call(self, request: dict, timeout: float) -> dict:
         async with self.lease() as lease:
             return await lease.call(request, timeout)
 
     async def _failed(self, slot: Slot) -> None:
-        """Kill the slot's worker and start its replacement now, so the next lease finds it warm."""
+        """Kill the slot's process and start its replacement now, so the next lease finds it warm."""
         self.restarts += 1
-        if slot.worker is not None:
-            await slot.worker.kill()
+        if slot.process is not None:
+            await slot.process.kill()
         self._respawn(slot)
 
     async def close(self) -> None:
         for slot in self.slots:
             if slot.ready is not None and not slot.ready.done():
                 slot.ready.cancel()
-            if slot.worker is not None:
-                await slot.worker.kill()
+            if slot.process is not None:
+                await slot.process.kill()
 
 
 class Lease:
     """Exclusive use of one slot for a sequence of requests (e.g. every test of one program)."""
 
-    def __init__(self, pool: WorkerPool, slot: Slot) -> None:
-        self.pool = pool
+    def __init__(self, owner: ProcessSet, slot: Slot) -> None:
+        self.owner = owner
         self.slot = slot
 
     @property
@@ -226,20 +227,20 @@ class Lease:
         return self.slot.index
 
     async def call(self, request: dict, timeout: float) -> dict:
-        worker = await self.pool._worker(self.slot)
+        proc = await self.owner._process(self.slot)
         started = time.monotonic()
         try:
-            return await worker.call(request, timeout)
-        except WorkerError as exc:
+            return await proc.call(request, timeout)
+        except ProcessError as exc:
             log.warning(
-                "%s worker %d failed after %.2fs: %s",
-                self.pool.name,
-                self.slot.index,
-                time.monotonic() - started,
-                exc,
+                "helper process failed",
+                kind=self.owner.name,
+                slot=self.slot.index,
+                after_s=round(time.monotonic() - started, 3),
+                error=str(exc),
             )
-            await self.pool._failed(self.slot)
+            await self.owner._failed(self.slot)
             raise
         except asyncio.CancelledError:
-            await self.pool._failed(self.slot)  # a half-read reply would poison the next request
+            await self.owner._failed(self.slot)  # a half-read reply would poison the next request
             raise

@@ -1,0 +1,68 @@
+"""Ask the verifier for a task's verdict, riding out its transient failures: a verifier outage is a wait, never a
+final result.
+
+Before this, one unanswered verify request became the task's final verdict (``error``, reward null) and the task
+was acknowledged: a 30 s verifier outage turned every task reaching it into a lost reward. Now a transient failure
+(no answer, a retryable error of the batch or of the verdict, e.g. a sandbox that could not start) is tried again
+with backoff for ``verify_retry_s``; if it persists the task gets a typed, retryable ``unavailable`` error (no
+verdict, no reward) so the durable intake releases it and a later delivery verifies it from its checkpoint without
+repeating any worker call. A deterministic failure (a reference the verifier rejects) stays a verdict of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import structlog
+
+from conductor.liveness import current_deadline, remaining_s
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.verify import VerifyBatch, VerifyBatchResult
+from services.executor.config import CallSettings
+from services.executor.transport import Transport
+
+log = structlog.get_logger("conductor.executor.verify")
+
+TRANSIENT = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
+
+
+def transient_failure(result: VerifyBatchResult) -> ErrorInfo | None:
+    """The error that makes this answer worth asking for again, if any."""
+    if result.error is not None:
+        return result.error if (result.error.retryable or result.error.code in TRANSIENT) else None
+    for verdict in result.verdicts:
+        if verdict.error is not None and verdict.error.retryable:
+            return verdict.error
+    return None
+
+
+def still_unverified(last: ErrorInfo, tries: int) -> ErrorInfo:
+    return ErrorInfo(
+        code=ErrorCode.UNAVAILABLE,
+        message=f"the verifier failed transiently {tries} time(s); the task is retried later: {last.message}",
+        retryable=True,
+        detail=last.detail,
+    )
+
+
+async def verify(
+    transport: Transport, batch: VerifyBatch, *, timeout: float, calls: CallSettings
+) -> VerifyBatchResult | ErrorInfo:
+    """The verifier's answer, or a typed retryable error once transient failures outlast ``verify_retry_s`` (or
+    the requester's deadline)."""
+    give_up = time.monotonic() + calls.verify_retry_s
+    pause, tries = calls.retry_base_s, 0
+    while True:
+        result = await transport.verify(batch, timeout=timeout)
+        tries += 1
+        error = transient_failure(result)
+        if error is None:
+            return result
+        left = remaining_s(current_deadline())
+        if time.monotonic() + pause > give_up or (left is not None and left <= pause):
+            log.warning("verifier still failing; releasing the task for a later try", tries=tries, error=error.message)
+            return still_unverified(error, tries)
+        log.info("verifier failed transiently; trying again", tries=tries, pause_s=pause, error=error.message)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, calls.retry_max_s)
