@@ -1,0 +1,17 @@
+"""Rewrite the shipped sim workers' dataset from the generators: ``python -m evaluation.sim.regenerate``."""
+
+from __future__ import annotations
+
+from evaluation import sim
+from evaluation.sim.family import SEED, dataset_bytes
+
+
+def main() -> None:
+    data = dataset_bytes(SEED)
+    sim.dataset_path().write_bytes(data)
+    lines = data.count(b"\n")
+    print(f"wrote {sim.dataset_path()} ({lines} records, {len(data) // 1024} KiB)")
+
+
+if __name__ == "__main__":
+    main()
