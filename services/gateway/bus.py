@@ -1,0 +1,104 @@
+"""The gateway's side of NATS: a solve (request/reply, with optional progress events) or a durable submission,
+always through the public solve API — the gateway is a client like any other, with no access to internals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from conductor.client import ConductorClient, ResultNotReadyError
+from conductor.endpoints import Requester
+from conductor.liveness import ResponderLost
+from conductor.settings import CommonSettings
+from conductor.wire import encode
+from schemas.solve import SOLVE_SUBJECT, ProgressEvent, SolveRequest, SolveResult, progress_subject
+from services.gateway.openai_api import GatewayError
+
+_result_dec = msgspec.json.Decoder(SolveResult)
+BEAT_S = 2.0  # the executor's beat period while a solve runs; BEAT_MISSES silent periods = the executor is gone
+BEAT_MISSES = 3
+_event_dec = msgspec.json.Decoder(ProgressEvent)
+
+
+def unavailable(message: str) -> GatewayError:
+    return GatewayError(503, message, kind="service_unavailable", code="unavailable", retry_after=1)
+
+
+def pending(task_id: str) -> GatewayError:
+    return GatewayError(
+        504,
+        f"task {task_id} is still running; fetch it later with GET /v1/conductor/tasks/{task_id}",
+        kind="timeout",
+        code="task_pending",
+        param="task_id",
+    )
+
+
+class Bus:
+    def __init__(self, nc: Client, settings: CommonSettings) -> None:
+        self._nc = nc
+        self._settings = settings
+        self._requests = Requester(nc)
+        self._client = ConductorClient(settings, nc=nc)
+        self._solve = settings.subject(SOLVE_SUBJECT)
+
+    def pending(self) -> int:
+        """Replies this gateway still waits for (a test and a debugging aid: it must return to 0)."""
+        return self._requests.pending()
+
+    async def solve(self, req: SolveRequest, timeout: float) -> SolveResult:
+        """Request/reply solve with liveness (conductor/liveness.py): the executor beats while it works, so one
+        that dies mid-task is a 503 in seconds, not a wait of ``timeout``; the deadline travels with the request,
+        so no step starts after the gateway stopped waiting. Cancelling the caller (a client that hung up) drops
+        the pending reply (``Requester`` cleans up in ``finally``); the executor finishes the running step."""
+        try:
+            msg = await self._requests.request(
+                self._solve, encode(req), timeout=timeout, beat_s=BEAT_S, misses=BEAT_MISSES, deadline=time.time() + timeout
+            )
+        except nats.errors.NoRespondersError as exc:
+            raise unavailable("no executor is serving the solve API") from exc
+        except ResponderLost as exc:
+            raise unavailable("the executor running the task stopped answering; the task was not finished") from exc
+        except TimeoutError as exc:
+            raise pending(req.task_id or "") from exc
+        except nats.errors.ConnectionClosedError as exc:
+            raise unavailable("the gateway lost its NATS connection") from exc
+        return _result_dec.decode(msg.data)
+
+    async def solve_durable(self, req: SolveRequest, timeout: float) -> SolveResult:
+        """Submit to the JetStream task queue (deduplicated by task id), then wait for the stored result. A client
+        that goes away loses nothing: the task runs to its result, which ``result`` reads later."""
+        try:
+            task_id = await self._client.submit(req)
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+            raise unavailable("the durable task queue did not accept the task (is JetStream enabled?)") from exc
+        return await self.result(task_id, wait=timeout)
+
+    async def result(self, task_id: str, *, wait: float) -> SolveResult:
+        try:
+            return await self._client.result(task_id, wait=wait)
+        except ResultNotReadyError as exc:
+            raise pending(task_id) from exc
+
+    @contextlib.asynccontextmanager
+    async def progress(self, task_id: str) -> AsyncIterator[asyncio.Queue[ProgressEvent]]:
+        """Progress events of one task, queued as they arrive, for as long as the context is open."""
+        queue: asyncio.Queue[ProgressEvent] = asyncio.Queue()
+
+        async def on_event(msg: Msg) -> None:
+            with contextlib.suppress(msgspec.DecodeError):  # a malformed event is not the client's problem
+                queue.put_nowait(_event_dec.decode(msg.data))
+
+        sub = await self._nc.subscribe(self._settings.subject(progress_subject(task_id)), cb=on_event)
+        try:
+            yield queue
+        finally:
+            with contextlib.suppress(nats.errors.ConnectionClosedError):
+                await sub.unsubscribe()

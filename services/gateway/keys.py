@@ -1,0 +1,111 @@
+"""API keys for the gateway: who may call, and each key's limits. Keys are stored hashed (SHA-256), never in clear.
+
+The keys file (TOML, mounted from a Secret in a cluster) lists one table per key::
+
+    [[keys]]
+    name = "team-a"                       # the label in metrics and logs; never the key itself
+    sha256 = "9f86d0..."                  # hex SHA-256 of the key, from `conductor gateway-key --name team-a`
+    rpm = 60                              # requests per minute, deployment-wide (optional)
+    spend_usd_per_day = 5.0               # worker + planner dollars per UTC day, deployment-wide (optional)
+
+Keys are long random tokens, so a plain SHA-256 is the right hash (a slow password hash defends low-entropy
+secrets and would add milliseconds to every request). A presented key is hashed and looked up; the lookup is by
+digest, so timing reveals nothing about stored keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+KEY_PREFIX = "cnd-"
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class KeysFileError(ValueError):
+    """The keys file is missing or malformed: the gateway refuses to start rather than let anyone in."""
+
+
+class ApiKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    sha256: str
+    rpm: int | None = None
+    spend_usd_per_day: float | None = None
+
+
+class _KeysFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    keys: list[ApiKey]
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def new_key(name: str) -> tuple[str, ApiKey]:
+    """A fresh key and its stored entry: the key is shown once, only the digest is kept."""
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    return key, ApiKey(name=name, sha256=digest(key))
+
+
+def entry_toml(entry: ApiKey) -> str:
+    lines = ["[[keys]]", f'name = "{entry.name}"', f'sha256 = "{entry.sha256}"']
+    if entry.rpm is not None:
+        lines.append(f"rpm = {entry.rpm}")
+    if entry.spend_usd_per_day is not None:
+        lines.append(f"spend_usd_per_day = {entry.spend_usd_per_day}")
+    return "\n".join(lines) + "\n"
+
+
+class KeyRing:
+    """The loaded keys, by digest."""
+
+    def __init__(self, keys: list[ApiKey]) -> None:
+        self._by_digest = {k.sha256: k for k in keys}
+
+    def __len__(self) -> int:
+        return len(self._by_digest)
+
+    def lookup(self, presented: str) -> ApiKey | None:
+        return self._by_digest.get(digest(presented))
+
+    @classmethod
+    def load(cls, path: Path) -> KeyRing:
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise KeysFileError(f"cannot read the gateway keys file {path}: {exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise KeysFileError(f"gateway keys file {path} is not valid TOML: {exc}") from exc
+        try:
+            parsed = msgspec.convert(raw, _KeysFile)
+        except msgspec.ValidationError as exc:
+            raise KeysFileError(f"gateway keys file {path}: {exc}") from exc
+        return cls(_checked(parsed.keys, path))
+
+
+def _checked(keys: list[ApiKey], path: Path) -> list[ApiKey]:
+    names: set[str] = set()
+    digests: set[str] = set()
+    for i, key in enumerate(keys):
+        where = f"gateway keys file {path}, keys[{i}]"
+        if not NAME.match(key.name):
+            raise KeysFileError(f"{where}: name {key.name!r} must be 1-64 letters, digits, '.', '_' or '-'")
+        if not _HEX.match(key.sha256):
+            raise KeysFileError(f"{where}: sha256 must be 64 lowercase hex digits (the key's SHA-256)")
+        if key.rpm is not None and key.rpm < 1:
+            raise KeysFileError(f"{where}: rpm must be >= 1")
+        if key.spend_usd_per_day is not None and not key.spend_usd_per_day > 0:
+            raise KeysFileError(f"{where}: spend_usd_per_day must be > 0")
+        if key.name in names or key.sha256 in digests:
+            raise KeysFileError(f"{where}: duplicate name or key")
+        names.add(key.name)
+        digests.add(key.sha256)
+    if not keys:
+        raise KeysFileError(f"gateway keys file {path} lists no keys")
+    return keys

@@ -1,0 +1,183 @@
+"""The HTTP routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /v1/conductor/tasks/{id}``.
+
+Every refusal is OpenAI's error shape with the right status, decided before a task starts: a client either gets a
+clean HTTP error or a 200 whose stream ends with the answer or an in-stream error event (what OpenAI's SDKs raise
+as ``APIError``). Streaming lives in services/gateway/stream.py.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from aiohttp import web
+
+from conductor import metrics
+from conductor.wire import field_of
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.solve import SolveResult
+from services.gateway.bus import Bus
+from services.gateway.config import GatewaySettings
+from services.gateway.keys import ApiKey, KeyRing
+from services.gateway.openai_api import (
+    BASELINE_MODELS,
+    CONDUCTOR_MODEL,
+    ChatCompletionRequest,
+    GatewayError,
+    bad_request,
+    completion_body,
+    error_from,
+    solve_request,
+)
+from services.gateway.quota import Quotas
+
+ANONYMOUS = ApiKey(name="anonymous", sha256="0" * 64)
+_dec = msgspec.json.Decoder(ChatCompletionRequest)
+
+
+def error_response(exc: GatewayError) -> web.Response:
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+    return web.json_response(exc.body(), status=exc.status, headers=headers)
+
+
+class Door:
+    """Everything a request needs: settings, keys, quotas, the bus and the pool's worker names."""
+
+    def __init__(
+        self, settings: GatewaySettings, keys: KeyRing | None, quotas: Quotas | None, bus: Bus, workers: list[str]
+    ) -> None:
+        self.settings = settings
+        self.keys = keys
+        self.quotas = quotas
+        self.bus = bus
+        self.workers = workers
+
+    def authenticate(self, request: web.Request) -> ApiKey:
+        if self.keys is None:
+            return ANONYMOUS
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise GatewayError(
+                401, "missing API key: send 'Authorization: Bearer <key>'", kind="invalid_request_error", code="missing_api_key"
+            )
+        key = self.keys.lookup(token.strip())
+        if key is None:
+            raise GatewayError(401, "invalid API key", kind="invalid_request_error", code="invalid_api_key")
+        return key
+
+    async def read(self, request: web.Request) -> ChatCompletionRequest:
+        limit = self.settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large(limit)  # refused from the header, before a byte of the body is read
+        try:
+            body = await request.read()  # aiohttp stops reading at client_max_size (chunked bodies too)
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise too_large(limit) from exc
+        try:
+            return _dec.decode(body)
+        except msgspec.ValidationError as exc:
+            raise bad_request(f"invalid request: {exc}", field_of(exc)) from exc
+        except msgspec.DecodeError as exc:
+            raise bad_request(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+
+    def task_id(self, key: ApiKey) -> str:
+        """Task ids carry a tag of the key that made them, so a key can fetch only its own durable tasks."""
+        return f"gw{key.sha256[:12]}-{uuid.uuid4().hex}"
+
+    async def finished(self, key: ApiKey, result: SolveResult) -> None:
+        metrics.gateway_usage(key.name, result.usage.total)
+        if self.quotas is not None:
+            await self.quotas.charge(key, result.usage.total.cost_usd)
+
+
+def too_large(limit: int) -> GatewayError:
+    return GatewayError(
+        413, f"request body over the limit of {limit} bytes", kind="invalid_request_error", code="payload_too_large"
+    )
+
+
+NO_ANSWER = ErrorInfo(code=ErrorCode.INTERNAL, message="the task ended without an answer")
+
+
+def answer_or_error(result: SolveResult) -> SolveResult:
+    if result.answer is None:
+        raise error_from(result.error or NO_ANSWER)
+    return result
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def routes(door: Door, stream_handler: Callable[..., Awaitable[web.StreamResponse]]) -> list[web.RouteDef]:
+    async def chat(request: web.Request) -> web.StreamResponse:
+        key, status, streamed = ANONYMOUS, 500, False
+        try:
+            key = door.authenticate(request)
+            req = await door.read(request)
+            streamed = req.stream
+            solve = solve_request(req, door.workers, door.task_id(key))
+            if door.quotas is not None:
+                await door.quotas.admit(key)
+            if req.stream:
+                response = await stream_handler(request, door, key, req, solve)
+                status = response.status
+                return response
+            started = int(time.time())
+            metrics.GATEWAY_IN_FLIGHT.inc()
+            try:
+                timeout = door.settings.solve_timeout_s
+                result = await (door.bus.solve_durable if req.durable else door.bus.solve)(solve, timeout)
+            finally:
+                metrics.GATEWAY_IN_FLIGHT.dec()
+            await door.finished(key, result)
+            status = 200
+            return web.json_response(completion_body(answer_or_error(result), req.model, started))
+        except GatewayError as exc:
+            status = exc.status
+            return error_response(exc)
+        finally:
+            metrics.gateway_request(key.name, status, streamed)
+
+    async def models(request: web.Request) -> web.Response:
+        try:
+            door.authenticate(request)
+        except GatewayError as exc:
+            return error_response(exc)
+        ids = [CONDUCTOR_MODEL, *BASELINE_MODELS, *door.workers]
+        return web.json_response({"object": "list", "data": [model_card(i) for i in ids]})
+
+    async def model(request: web.Request) -> web.Response:
+        try:
+            door.authenticate(request)
+            name = request.match_info["model"]
+            if name not in {CONDUCTOR_MODEL, *BASELINE_MODELS, *door.workers}:
+                raise GatewayError(404, f"the model {name!r} does not exist", kind="invalid_request_error", code="model_not_found")
+        except GatewayError as exc:
+            return error_response(exc)
+        return web.json_response(model_card(name))
+
+    async def task(request: web.Request) -> web.Response:
+        try:
+            key = door.authenticate(request)
+            task_id = request.match_info["task_id"]
+            if not task_id.startswith(f"gw{key.sha256[:12]}-"):
+                raise GatewayError(404, f"no task {task_id} for this key", kind="invalid_request_error", code="task_not_found")
+            result = await door.bus.result(task_id, wait=0.0)
+            return web.json_response(completion_body(answer_or_error(result), CONDUCTOR_MODEL))
+        except GatewayError as exc:
+            return error_response(exc)
+
+    return [
+        web.post("/v1/chat/completions", chat),
+        web.get("/v1/models", models),
+        web.get("/v1/models/{model}", model),
+        web.get("/v1/conductor/tasks/{task_id}", task),
+    ]
+
+
+def model_card(model_id: str) -> dict[str, object]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "conductor"}
+
