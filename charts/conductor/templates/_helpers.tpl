@@ -1,0 +1,110 @@
+{{/* Names and labels. */}}
+{{- define "conductor.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "conductor.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "conductor.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "conductor.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "conductor.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "conductor.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "planner"). */}}
+{{- define "conductor.selector" -}}
+app.kubernetes.io/name: {{ include "conductor.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "conductor.image" -}}
+{{- $tag := default .root.Chart.AppVersion .image.tag -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* NATS: the client URL (no credentials), the credentials Secret, the env var naming a user's password. */}}
+{{- define "conductor.natsHost" -}}
+{{- printf "%s-nats" .Release.Name -}}
+{{- end -}}
+
+{{- define "conductor.natsUrl" -}}
+{{- if .Values.nats.enabled -}}
+{{- printf "%s://%s.%s.svc:4222" (ternary "tls" "nats" .Values.global.tls.enabled) (include "conductor.natsHost" .) .Release.Namespace -}}
+{{- else -}}
+{{- required "nats.url is required when nats.enabled is false" .Values.nats.url -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "conductor.natsCredentialsSecret" -}}
+{{- default (printf "%s-nats-credentials" .Release.Name) .Values.nats.existingCredentialsSecret -}}
+{{- end -}}
+
+{{- define "conductor.passwordKey" -}}
+{{- printf "NATS_PASSWORD_%s" (. | upper | replace "-" "_") -}}
+{{- end -}}
+
+{{/* Every NATS user of the release: each enabled service block (a map with `args` and `nats`), then auth.users. */}}
+{{- define "conductor.natsUsers" -}}
+{{- $users := list -}}
+{{- range $key, $svc := .Values -}}
+{{- if and (kindIs "map" $svc) (hasKey $svc "args") (hasKey $svc "nats") $svc.enabled -}}
+{{- $users = append $users (dict "user" $svc.nats.user "publish" $svc.nats.publish "subscribe" $svc.nats.subscribe) -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $u := .Values.auth.users -}}
+{{- $users = append $users (dict "user" $name "publish" $u.publish "subscribe" $u.subscribe) -}}
+{{- end -}}
+{{- toJson $users -}}
+{{- end -}}
+
+{{/* Env vars that connect a container to NATS as `user`: (dict "root" $ "user" "planner"). */}}
+{{- define "conductor.natsEnv" -}}
+- name: NATS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "conductor.natsCredentialsSecret" .root }}
+      key: {{ include "conductor.passwordKey" .user }}
+- name: NATS_URL
+  {{- $url := include "conductor.natsUrl" .root }}
+  {{- $scheme := ternary "tls" "nats" (hasPrefix "tls://" $url) }}
+  value: {{ printf "%s://%s:$(NATS_PASSWORD)@%s" $scheme .user (trimPrefix (printf "%s://" $scheme) $url) | quote }}
+{{- if .root.Values.global.tls.enabled }}
+- name: SSL_CERT_FILE
+  value: /etc/conductor/tls/ca.crt
+{{- end }}
+{{- end -}}
+
+{{/* OTLP export settings of a container: (dict "root" $ "name" "executor"); nothing when tracing is off. */}}
+{{- define "conductor.otelEnv" -}}
+{{- with .root.Values.tracing.otlpEndpoint -}}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ printf "conductor-%s" $.name | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod security context of a Conductor pod. The verifier's sandbox exceptions are added by the component. */}}
+{{- define "conductor.podSecurityContext" -}}
+{{ toYaml .Values.podSecurityContext }}
+{{- end -}}
+
+{{/* A subject list in nats-server config syntax: "a", "b". */}}
+{{- define "conductor.natsList" -}}
+{{- range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s | quote }}{{ end -}}
+{{- end -}}
