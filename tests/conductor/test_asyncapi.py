@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conductor.asyncapi import asyncapi_document
+from conductor.app.asyncapi import asyncapi_document
 
 
 def _resolve(doc: dict, ref: str) -> dict:

@@ -11,7 +11,7 @@ import nats
 import nats.errors
 import pytest
 
-from conductor.cli import dump_tasks
+from conductor.app.cli import dump_tasks
 from conductor.endpoints import Endpoint, EndpointServer, Requester
 from conductor.wire import encode
 from schemas.errors import ErrorCode

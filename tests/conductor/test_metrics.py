@@ -12,9 +12,9 @@ import nats
 import pytest
 
 from conductor import metrics
+from conductor.app.runtime import create_services, running
 from conductor.client import ConductorClient
 from conductor.natsserver import free_port
-from conductor.runtime import create_services, running
 from conductor.settings import CommonSettings
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import SolveRequest, SolveResult

@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
+from conductor.app.runtime import create_services, running
 from conductor.natsserver import NatsServer, free_port
 from conductor.probes import ProbeServer
-from conductor.runtime import create_services, running
 from conductor.settings import CommonSettings, metrics_port
 from tests.conductor.scrape import http_get, wait_status
 

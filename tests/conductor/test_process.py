@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conductor.process import (
+from conductor.app.process import (
     DEFAULT_GC_THRESHOLDS,
     ProcessSettings,
     ProcessSettingsError,
@@ -58,7 +58,7 @@ def test_the_chosen_loop_runs_the_coroutine():
 def test_settle_gc_freezes_and_sets_thresholds():
     """In a child process: freezing is process-wide and must not leak into this test session."""
     code = (
-        "import gc; from conductor.process import ProcessSettings, settle_gc\n"
+        "import gc; from conductor.app.process import ProcessSettings, settle_gc\n"
         "settle_gc(ProcessSettings(gc_thresholds=(1234, 5, 6), full_gc_every_s=0))\n"
         "print(gc.get_threshold(), gc.get_freeze_count() > 0)\n"
     )
@@ -73,7 +73,7 @@ def test_python_thresholds_are_left_alone():
 
 
 def test_serve_refuses_a_malformed_setting_before_starting(capsys, monkeypatch):
-    from conductor.cli import main
+    from conductor.app.cli import main
 
     monkeypatch.setenv("CONDUCTOR_GC", "lots")
     assert main(["serve", "planner"]) == 2
@@ -83,7 +83,7 @@ def test_serve_refuses_a_malformed_setting_before_starting(capsys, monkeypatch):
 def test_full_collections_run_on_the_timer():
     """In a child process: thresholds high enough that only the timer can trigger a full collection."""
     code = (
-        "import asyncio, gc; from conductor.process import ProcessSettings, settle_gc\n"
+        "import asyncio, gc; from conductor.app.process import ProcessSettings, settle_gc\n"
         "async def main():\n"
         "    timer = settle_gc(ProcessSettings(gc_thresholds=(10**9, 1000, 1000), full_gc_every_s=0.05))\n"
         "    before = gc.get_stats()[2]['collections']\n"

@@ -1,4 +1,4 @@
-"""PAPER.md §3 reward: 0 unparseable, 1 correct, 0.5 wrong; infrastructure errors are masked (None)."""
+"""docs/method.md §3 reward: 0 unparseable, 1 correct, 0.5 wrong; infrastructure errors are masked (None)."""
 
 from __future__ import annotations
 

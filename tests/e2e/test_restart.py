@@ -22,9 +22,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from conductor.app.runtime import create_services, running
 from conductor.client import ConductorClient, ResultNotReadyError
 from conductor.natsserver import NatsServer, free_port
-from conductor.runtime import create_services, running
 from conductor.settings import CommonSettings
 from schemas.solve import ProgressEvent, SolveRequest, progress_subject
 from tests.conductor.scrape import wait_status
@@ -88,7 +88,7 @@ class Serve:
         offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "conductor.cli", "serve", "all"], env={**os.environ, **self.env}, stderr=fh
+                [sys.executable, "-m", "conductor.app.cli", "serve", "all"], env={**os.environ, **self.env}, stderr=fh
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -15,7 +15,7 @@ import uuid
 import nats
 import pytest
 
-from conductor.runtime import create_services, running
+from conductor.app.runtime import create_services, running
 from conductor.settings import CommonSettings
 from services.planner.app import PlannerService
 from services.planner.config import PlannerSettings
@@ -141,7 +141,7 @@ async def test_durable_submit_and_fetch_result_later(nats_url, system):
 
 def _cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "conductor.cli", *args],
+        [sys.executable, "-m", "conductor.app.cli", *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -152,7 +152,7 @@ def _cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.Com
 def test_conductor_solve_against_conductor_serve_all(nats_url, subject_prefix):
     env = _env(nats_url, subject_prefix)
     server = subprocess.Popen(
-        [sys.executable, "-m", "conductor.cli", "serve", "all"],
+        [sys.executable, "-m", "conductor.app.cli", "serve", "all"],
         env={**os.environ, **env},
         stderr=subprocess.PIPE,
         text=True,

@@ -8,6 +8,7 @@ import pytest
 from conductor.pool import load_pool
 from conductor.reward import reward
 from conductor.settings import CommonSettings
+from conductor.wire import WireError, decode, encode
 from schemas.errors import ErrorCode
 from schemas.plan import Workflow
 from schemas.solve import Budget, SolveRequest
@@ -47,7 +48,13 @@ def run(transport, **kw):
     ],
 )
 def test_validation_names_the_field(kw, field):
-    err = validate(SolveRequest(**{"question": "Q?", **kw}), POOL, SETTINGS)
+    """Through the wire, as every request arrives: the schema's bounds first, then ``validate``."""
+    try:
+        req = decode(encode(SolveRequest(**{"question": "Q?", **kw})), SolveRequest)
+    except WireError as exc:
+        err = exc.info
+    else:
+        err = validate(req, POOL, SETTINGS)
     assert err is not None and err.code == ErrorCode.BAD_REQUEST and err.field == field
 
 

@@ -53,7 +53,7 @@ def test_consensus_samples_then_the_same_worker_votes() -> None:
     assert w.model_id == [2, 2, 2, 2]
     assert w.access_list == [[], [], [], "all"]
     assert w.subtasks[-1] == VOTE
-    assert len(plan("consensus").workflow) == 5  # 5 samples (PAPER.md §7) capped to 4 + the vote
+    assert len(plan("consensus").workflow) == 5  # 5 samples (docs/method.md §7) capped to 4 + the vote
 
 
 @pytest.mark.parametrize("spec", ["single", "moa", "moa:2@1", "refine:2", "consensus:2@3"])

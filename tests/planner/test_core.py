@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from conductor.wire import WireError, decode, encode
 from schemas.errors import ErrorCode
-from schemas.plan import WorkerCard
+from schemas.plan import PLAN, PlanRequest, WorkerCard
 from schemas.usage import Usage
 from services.planner.config import PlannerSettings
 from services.planner.core import Planner
@@ -143,7 +144,13 @@ async def test_fallback_that_does_not_fit_the_pool_returns_the_original_error(ca
     ],
 )
 async def test_bad_requests_name_the_field(cards, changes: dict, field: str) -> None:
-    reply = await Planner(PlannerSettings(), None).plan(request(cards, **changes))
+    """Through the wire, as every request arrives: the schema's bounds first, then the planner's own check."""
+    try:
+        req = decode(encode(request(cards, **changes)), PlanRequest)
+    except WireError as exc:
+        reply = PLAN.failed(exc.info)
+    else:
+        reply = await Planner(PlannerSettings(), None).plan(req)
     assert reply.error.code == ErrorCode.BAD_REQUEST and reply.error.field == field
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from conductor.workflow import parse_completion
-from schemas.plan import WorkerCard
-from services.planner.prompts import (
+from conductor.prompt import (
     EXAMPLE_MODELS,
     FEW_SHOT,
     MAX_SHOWN_RESPONSE_CHARS,
@@ -12,6 +10,8 @@ from services.planner.prompts import (
     model_lines,
     recursion_messages,
 )
+from conductor.workflow import parse_completion
+from schemas.plan import WorkerCard
 from tests.planner.samples import PRIOR
 
 
@@ -53,7 +53,7 @@ def test_max_steps_and_domain_reach_the_prompt(cards: list[WorkerCard]) -> None:
 
 
 def test_few_shot_examples_are_out_of_domain_and_parse() -> None:
-    """PAPER.md §1: one medical MCQ, one limit, two Countdown puzzles, all real successful-looking completions."""
+    """docs/method.md §1: one medical MCQ, one limit, two Countdown puzzles, all real successful-looking completions."""
     assert len(FEW_SHOT) == 4
     assert "(C) Right coronary artery" in FEW_SHOT[0].question
     assert r"\lim" in FEW_SHOT[1].question

@@ -102,6 +102,9 @@ PAYLOADS: dict[str, object] = {
     ),
     "verify_batch_result_v1": VerifyBatchResult(verdicts=[VERDICT]),
     "task_checkpoint_v1": TaskCheckpoint(task_id="t-1", request=SOLVE_REQ, rounds=[ROUND], workflow=WF, spent=U),
+    "task_checkpoint_v3": TaskCheckpoint(
+        task_id="t-1", request=SOLVE_REQ, rounds=[ROUND], workflow=WF, spent=U, schema_version=3
+    ),
     "dead_letter_v1": DeadLetter(
         task_id="t-1",
         request=SOLVE_REQ,

@@ -81,3 +81,10 @@ def test_the_field_check_looks_inside_nested_structs():
 def test_unknown_fields_are_ignored_for_forward_compatibility():
     newer = b'{"question": "q", "a_field_from_the_future": {"x": 1}}'
     assert msgspec.json.decode(newer, type=SolveRequest).question == "q"
+
+
+def test_checkpoints_carry_their_format_version():
+    """Stored checkpoints say which format wrote them, as results do; ones stored before the field read as 2."""
+    old = msgspec.json.decode((GOLDEN / "task_checkpoint_v1.json").read_bytes(), type=TaskCheckpoint)
+    new = msgspec.json.decode((GOLDEN / "task_checkpoint_v3.json").read_bytes(), type=TaskCheckpoint)
+    assert (old.schema_version, new.schema_version) == (2, 3)

@@ -1,6 +1,6 @@
-"""One warm Verifier for the whole verifier suite (pools start once), with short limits so hostile tests are quick.
+"""One warm Verifier for the whole verifier suite (its processes start once), with short limits so hostile tests are quick.
 
-Async tests that use it declare ``pytestmark = pytest.mark.asyncio(loop_scope="session")``: the pools belong to the
+Async tests that use it declare ``pytestmark = pytest.mark.asyncio(loop_scope="session")``: the processes belong to the
 session's event loop.
 """
 
@@ -26,6 +26,9 @@ TEST_ENV = {
     "CONDUCTOR_SANDBOX_MEMORY_MB": "1024",
     "CONDUCTOR_SANDBOX_OUTPUT_MB": "4",
     "CONDUCTOR_SANDBOX_TMP_MB": "64",
+    # Own candidate uids per test session: other checkouts on this host run the same suite at the same time, and
+    # the host-side "no candidate process left" checks look processes up by uid.
+    "CONDUCTOR_SANDBOX_UID_BASE": str(62000 + (os.getpid() % 1000) * 16),
 }
 
 

@@ -7,8 +7,8 @@ from functools import cache
 
 import pytest
 
+from evaluation import datasets
 from schemas.verify import Outcome, TextReference
-from services.verifier import datasets
 from services.verifier.core import Verifier
 from tests.verifier.conftest import FIXTURES
 

@@ -7,6 +7,7 @@ import io
 import json
 
 import pytest
+import structlog
 
 from schemas.errors import ErrorCode
 from schemas.verify import (
@@ -20,7 +21,7 @@ from schemas.verify import (
 from services.verifier.cli import verify_stream
 from services.verifier.config import ALL_LAYERS, Settings
 from services.verifier.core import Verifier
-from services.verifier.pool import DeadlineExceeded
+from services.verifier.processes import DeadlineExceeded
 from tests.verifier.conftest import make_settings, sandbox_capable
 
 CODE = VerifyRequest(
@@ -94,6 +95,8 @@ async def test_every_isolation_layer_is_active_here(verifier: Verifier) -> None:
     assert layers.backend == "bwrap"
     assert layers.missing == [], layers.describe()
     assert set(ALL_LAYERS) <= set(layers.active)
+    total = verifier.settings.limits.memory_mb  # --layers also says how the sample's total memory is bounded
+    assert f"memory: {total} MiB per sample via rlimits (8 processes x {total // 8} MiB)" in layers.describe()
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -164,11 +167,28 @@ async def test_a_sandbox_that_misses_our_deadline_is_killed_and_replaced(verifie
     """Our deadline, enforced from the host: the supervisor is killed, the caller gets a typed error, the slot
     comes back warm, and a verdict caught in this becomes ERROR (masked), never INCORRECT."""
     sandbox = verifier.sandbox
-    restarts = sandbox.pool.restarts
+    restarts = sandbox.processes.restarts
     job = {"op": "stdio", "program": "import time\ntime.sleep(30)", "stdin": "", "limits": sandbox.limits(30)}
     async with sandbox.lease() as lease:
         with pytest.raises(DeadlineExceeded):
             await lease.call(job, 0.5)
         ok = await sandbox.run(lease, {**job, "program": "print(7)", "limits": sandbox.limits(5)}, 5)
-    assert sandbox.pool.restarts == restarts + 1
+    assert sandbox.processes.restarts == restarts + 1
     assert ok["stdout"] == "7\n" and ok["status"] == "ok"
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_verifier_logs_through_structlog_with_the_task_id(
+    verifier: Verifier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug of ours is logged as a structured event carrying the request's task id, like every other service."""
+
+    async def broken(req: VerifyRequest, started: float) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(verifier, "_dispatch", broken)
+    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        verdict = await verifier.verify(VerifyRequest(id="task-42", response="x", reference=CODE.reference))
+    assert verdict.outcome == Outcome.ERROR and verdict.error and verdict.error.code == ErrorCode.INTERNAL
+    crash = [e for e in logs if e["event"] == "verifier crashed on a request"]
+    assert crash and crash[0]["task_id"] == "task-42" and crash[0]["log_level"] == "error"

@@ -33,7 +33,7 @@ def test_boxed_nesting_and_order() -> None:
 
 def test_final_answer_sources() -> None:
     assert final_answers(r"so \boxed{1} and \boxed{2}").items == ["1", "2"]
-    assert final_answers(r"<answer>\boxed{4}</answer> \boxed{9}").items == ["4"]
+    assert final_answers(r"<answer>\boxed{4}</answer> \boxed{9}").items == ["4", "9"]  # two answers, not one
     assert final_answers("<answer> 12 </answer>").source == "answer_tag"
     assert final_answers("Final answer: $\\frac12$.").items == ["\\frac12"]
     assert final_answers("The answer is 42").items == []

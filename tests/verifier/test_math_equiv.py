@@ -58,3 +58,41 @@ def test_helpers() -> None:
     assert normalize_text(r"\left( \dfrac{1}{2} \right).") == normalize_text(r"(\frac{1}{2})")
     assert plain_number(r"1\,000 \text{ m}") == "1000"
     assert plain_number("2x") is None
+
+
+# Issue 9 item 1: two *different exact* values of very small or very large magnitude were accepted because the
+# comparison fell back to a float tolerance. Each pair is checked in both directions.
+CLOSE_EXACT = [
+    (r"\frac{1}{3^{40}}", r"\frac{1}{3^{41}}"),
+    (r"\frac{1}{50!}", r"\frac{1}{52!}"),
+    (r"10^{30}+1", r"10^{30}"),
+    (r"10^{-20}", r"2\cdot 10^{-20}"),
+    (r"\frac{1}{2^{60}}", r"\frac{1}{2^{61}}"),
+    (r"2^{-70}", "0"),
+    (r"\frac{1}{10^{12}}", r"\frac{1}{10^{12}+1}"),
+    (r"\sqrt{2}\cdot 10^{-15}", r"\sqrt{3}\cdot 10^{-15}"),
+    (r"e^{-50}", r"e^{-51}"),
+    (r"\frac{1}{3^{40}}", "0.0000000001"),  # a written decimal far beyond its own precision
+]
+EXACT_EQUIVALENCES = [
+    (r"\frac{1}{3^{40}}", r"3^{-40}"),
+    (r"\frac{1}{50!}", r"\frac{51\cdot 52}{52!}"),
+    (r"10^{30}+1", r"1000000000000000000000000000001"),
+    (r"\frac{\sqrt{2}}{2}", r"\frac{1}{\sqrt{2}}"),
+    (r"2^{-70}", r"\frac{1}{1180591620717411303424}"),
+    (r"\frac{1}{3}", "0.3333333"),  # a decimal approximation within the digits it writes
+    (r"\frac{1}{2^{10}}", "0.0009765625"),
+    (r"\frac{1}{3^{40}}", r"8.2\times 10^{-20}"),  # scientific notation: 2 significant digits, both right
+]
+
+
+@pytest.mark.parametrize(("a", "b"), CLOSE_EXACT)
+def test_close_but_different_values_are_not_equivalent(a: str, b: str) -> None:
+    assert not equivalent(a, b).correct, f"{a} accepted for {b}"
+    assert not equivalent(b, a).correct, f"{b} accepted for {a}"
+
+
+@pytest.mark.parametrize(("a", "b"), EXACT_EQUIVALENCES)
+def test_true_equivalences_of_extreme_magnitude_still_pass(a: str, b: str) -> None:
+    assert equivalent(a, b).correct, equivalent(a, b).reason
+    assert equivalent(b, a).correct, equivalent(b, a).reason

@@ -8,9 +8,9 @@ import msgspec
 import pytest
 from faststream.nats import TestNatsBroker
 
+from conductor.app.runtime import running
 from conductor.broker import make_broker
 from conductor.pool import load_pool
-from conductor.runtime import running
 from conductor.service import full_router
 from conductor.settings import CommonSettings
 from conductor.wire import encode
@@ -104,6 +104,6 @@ async def test_requests_are_handled_concurrently(nats_url, subject_prefix):
 
 
 def test_create_service_reads_env_once():
-    svc = create_service({"CONDUCTOR_SUBJECT_PREFIX": "x.", "CONDUCTOR_BACKOFF_BASE_S": "0.25"})
+    svc = create_service({"CONDUCTOR_SUBJECT_PREFIX": "x.", "CONDUCTOR_RETRY_BACKOFF_BASE_S": "0.25"})
     assert svc.name == "worker-adapter" and svc.settings.backoff_base_s == 0.25
     assert svc.settings.common.subject(WORK_SUBJECT) == "x.conductor.work"

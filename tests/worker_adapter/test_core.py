@@ -263,7 +263,7 @@ async def test_missing_provider_kind_is_a_typed_error():
 
 def test_settings_and_keys_from_env():
     env = {
-        "CONDUCTOR_BACKOFF_BASE_S": "0.1",
+        "CONDUCTOR_RETRY_BACKOFF_BASE_S": "0.1",
         "CONDUCTOR_RETRY_AFTER_CAP_S": "5",
         "MY_KEY": "secret",
         "OTHER": "x",
@@ -295,5 +295,5 @@ def test_pool_budget_table_is_parsed_and_checked():
     assert parse_pool(base).budget is None
     with pytest.raises(PoolError, match=r"unknown field.*max_dollars"):
         parse_pool("[budget]\nmax_dollars = 1\n" + base)
-    with pytest.raises(PoolError, match=r"budget\.max_calls must be positive"):
+    with pytest.raises(PoolError, match=r"budget\.max_calls: Expected `int` >= 1"):
         parse_pool("[budget]\nmax_calls = 0\n" + base)

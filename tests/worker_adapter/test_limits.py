@@ -114,5 +114,5 @@ def test_shared_settings_from_env_and_pool_rates():
     assert WorkerAdapterSettings.from_env({}).shared.enabled
     base = '[[workers]]\nname = "w"\nprovider = "openai"\nmodel = "m"\n'
     assert parse_pool(base + "rpm = 60\ntpm = 1000\n").workers[0].rpm == 60
-    with pytest.raises(PoolError, match="rpm and tpm"):
+    with pytest.raises(PoolError, match=r"workers\[0\]\.tpm: Expected `int` >= 1"):
         parse_pool(base + "tpm = 0\n")

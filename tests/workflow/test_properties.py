@@ -14,7 +14,7 @@ from conductor.workflow import (
 )
 from schemas.plan import Access, Workflow
 
-N_WORKERS = 7  # the paper's pool size (PAPER.md §7)
+N_WORKERS = 7  # the paper's pool size (docs/method.md §7)
 
 
 @st.composite

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from evaluation import datasets
 from schemas.verify import FunctionalTestsReference, StdioTestsReference, TextReference, UnittestReference
-from services.verifier import datasets
 from tests.verifier.conftest import FIXTURES
 
 

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from services.verifier.pool import DeadlineExceeded, Launch, WorkerLost, WorkerPool, WorkerUnavailable
+from services.verifier.processes import DeadlineExceeded, Launch, ProcessLost, ProcessSet, ProcessUnavailable
 
 # A tiny worker speaking our frames: echoes, hangs, or dies on request.
 WORKER = textwrap.dedent("""
@@ -33,30 +33,30 @@ def spawner(slot: int) -> Launch:
 
 @pytest.mark.asyncio
 async def test_echo_and_deadline_kill_and_respawn() -> None:
-    pool = WorkerPool("fake", spawner, 1, start_timeout=20)
-    (hello,) = await pool.start()
+    procs = ProcessSet("fake", spawner, 1, start_timeout=20)
+    (hello,) = await procs.start()
     try:
-        assert (await pool.call({"do": "echo", "x": 1}, 5))["echo"] == 1
+        assert (await procs.call({"do": "echo", "x": 1}, 5))["echo"] == 1
         with pytest.raises(DeadlineExceeded):
-            await pool.call({"do": "hang"}, 0.3)
-        reply = await pool.call({"do": "echo", "x": 2}, 10)  # a fresh worker took the slot
+            await procs.call({"do": "hang"}, 0.3)
+        reply = await procs.call({"do": "echo", "x": 2}, 10)  # a fresh process took the slot
         assert reply["echo"] == 2 and reply["pid"] != hello["pid"]
-        with pytest.raises(WorkerLost):
-            await pool.call({"do": "die"}, 5)
-        assert (await pool.call({"do": "echo", "x": 3}, 10))["echo"] == 3
-        assert pool.restarts == 2
+        with pytest.raises(ProcessLost):
+            await procs.call({"do": "die"}, 5)
+        assert (await procs.call({"do": "echo", "x": 3}, 10))["echo"] == 3
+        assert procs.restarts == 2
     finally:
-        await pool.close()
+        await procs.close()
 
 
 @pytest.mark.asyncio
 async def test_a_worker_that_cannot_start_is_reported() -> None:
-    pool = WorkerPool(
+    procs = ProcessSet(
         "broken",
         lambda slot: Launch(argv=[sys.executable, "-c", "import time; time.sleep(60)"]),
         1,
         start_timeout=0.5,
     )
-    with pytest.raises(WorkerUnavailable):
-        await pool.start()
-    await pool.close()
+    with pytest.raises(ProcessUnavailable):
+        await procs.start()
+    await procs.close()

@@ -1,0 +1,302 @@
+"""Security properties of the rendered manifests: pod hardening, the verifier's stated exceptions, network reach,
+probes on the real health endpoints, disruption budgets, GPU placement, secrets, the helm test hook."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conductor.probes import ProbeServer
+from schemas.plan import PLAN_SUBJECT
+from schemas.solve import PROGRESS_SUBJECT_PREFIX, SOLVE_SUBJECT
+from schemas.tasks import DEAD_SUBJECT_PREFIX, RESULT_SUBJECT_PREFIX, SUBMIT_SUBJECT
+from schemas.verify import VERIFY_SUBJECT
+from schemas.work import WORK_SUBJECT
+from tests.deploy.chart import CASES, named, objects, pod_specs, render, rendered
+
+SERVICES = ["planner", "executor", "worker-adapter", "verifier"]
+VERIFIER_EXCEPTIONS = {
+    "seccompProfile": {"type": "Unconfined"},
+    "appArmorProfile": {"type": "Unconfined"},
+    "procMount": "Unmasked",
+}
+
+
+def containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return spec.get("initContainers", []) + spec["containers"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_pod_is_non_root_read_only_and_drops_all_capabilities(case):
+    for name, spec in pod_specs(rendered(case)):
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for c in containers(spec):
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, (name, c["name"])
+            assert sc["readOnlyRootFilesystem"] is True, (name, c["name"])
+            assert sc["capabilities"] == {"drop": ["ALL"]}, (name, c["name"])
+            assert not sc.get("privileged"), (name, c["name"])
+            exceptions = {k: sc[k] for k in VERIFIER_EXCEPTIONS if k in sc}
+            if name == "rel-conductor-verifier":
+                assert exceptions == VERIFIER_EXCEPTIONS and spec["hostUsers"] is False
+            else:
+                assert not exceptions and "hostUsers" not in spec, (name, exceptions)
+
+
+def test_verifier_requires_the_layers_its_pod_can_give():
+    verifier = named(rendered("default"), "Deployment", "rel-conductor-verifier")
+    env = {e["name"]: e.get("value") for e in verifier["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["CONDUCTOR_SANDBOX_REQUIRE"] == "netns,pidns,rofs,hidden,env,rlimits,seccomp"
+
+
+def test_verifier_without_sandbox_has_no_exceptions_and_refuses_code():
+    docs = render({"verifier": {"sandbox": {"enabled": False}}})
+    spec = named(docs, "Deployment", "rel-conductor-verifier")["spec"]["template"]["spec"]
+    sc = spec["containers"][0]["securityContext"]
+    assert "hostUsers" not in spec and not set(VERIFIER_EXCEPTIONS) & set(sc)
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env["CONDUCTOR_SANDBOX_BACKEND"] == "none" and env["CONDUCTOR_SANDBOX_REQUIRE"] == "1"
+
+
+# --- NetworkPolicies: a small evaluator of which rules select a pod --------------------------------------------
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        if expr["operator"] == "In" and labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+def egress_rules(docs: list[dict[str, Any]], labels: dict[str, str]) -> list[dict[str, Any]]:
+    rules = []
+    for policy in objects(docs, "NetworkPolicy"):
+        if _selects(policy["spec"]["podSelector"], labels) and "Egress" in policy["spec"]["policyTypes"]:
+            rules += policy["spec"].get("egress", [])
+    return rules
+
+
+def pod_labels(docs: list[dict[str, Any]], name: str) -> dict[str, str]:
+    return named(docs, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
+
+
+def reaches_outside(rules: list[dict[str, Any]]) -> bool:
+    """True when a rule allows an ipBlock (anything beyond pods of the cluster) on a port other than DNS."""
+    return any(
+        any("ipBlock" in peer for peer in rule.get("to", [])) or ("to" not in rule and _non_dns(rule))
+        for rule in rules
+    )
+
+
+def _non_dns(rule: dict[str, Any]) -> bool:
+    return any(p["port"] != 53 for p in rule.get("ports", [])) or not rule.get("ports")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_default_deny_covers_every_pod_of_the_release(case):
+    docs = rendered(case)
+    deny = named(docs, "NetworkPolicy", "rel-conductor-default-deny")["spec"]
+    assert deny["podSelector"] == {"matchLabels": {"app.kubernetes.io/instance": "rel"}}
+    assert deny["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in deny and "egress" not in deny
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_only_the_worker_adapter_reaches_provider_apis(case):
+    docs = rendered(case)
+    adapter = egress_rules(docs, pod_labels(docs, "rel-conductor-worker-adapter"))
+    assert any(
+        any(p.get("ipBlock", {}).get("cidr") == "0.0.0.0/0" for p in r.get("to", []))
+        and {"port": 443, "protocol": "TCP"} in r["ports"]
+        for r in adapter
+    )
+    external_nats = case == "external-nats"
+    for name in ["rel-conductor-planner", "rel-conductor-executor", "rel-conductor-verifier"]:
+        rules = egress_rules(docs, pod_labels(docs, name))
+        if external_nats:  # the external server is a peer the values name; only its ports are open
+            rules = [r for r in rules if r.get("ports") != [{"port": 4222, "protocol": "TCP"}]]
+        assert not reaches_outside(rules), (case, name, rules)
+
+
+def test_verifier_egress_is_dns_and_nats_only():
+    docs = rendered("default")
+    rules = egress_rules(docs, pod_labels(docs, "rel-conductor-verifier"))
+    for rule in rules:
+        if "to" not in rule:
+            assert {p["port"] for p in rule["ports"]} == {53}
+        else:
+            assert rule["to"] == [
+                {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "nats", "app.kubernetes.io/instance": "rel"}}}
+            ]
+            assert rule["ports"] == [{"port": 4222, "protocol": "TCP"}]
+
+
+def test_vllm_servers_accept_only_their_callers():
+    docs = rendered("vllm-workers")
+    worker = named(docs, "NetworkPolicy", "rel-conductor-vllm-qwen-coder")["spec"]
+    callers = [p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in worker["ingress"][0]["from"]]
+    assert callers == ["worker-adapter"]
+    policy = named(render({"vllm": {"servers": {"policy": {"enabled": True}}}}), "NetworkPolicy", "rel-conductor-vllm-policy")
+    callers = [p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in policy["spec"]["ingress"][0]["from"]]
+    assert callers == ["planner", "learner"]
+
+
+# --- probes, budgets, GPUs, secrets, the test hook --------------------------------------------------------------
+
+
+def test_probes_hit_the_real_health_endpoints():
+    probes = ProbeServer("127.0.0.1", 0, ready=lambda: False)
+    assert probes.route("GET", "/healthz")[0] == 200 and probes.route("GET", "/readyz")[0] == 503
+    docs = rendered("default")
+    for name in SERVICES:
+        spec = named(docs, "Deployment", f"rel-conductor-{name}")["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        assert c["ports"] == [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["CONDUCTOR_METRICS_PORT"] == "9464"  # an explicit port is strict: never silently moved
+
+
+def test_every_service_has_a_disruption_budget_and_metrics_service():
+    docs = rendered("default")
+    budgets = {d["metadata"]["name"] for d in objects(docs, "PodDisruptionBudget")}
+    assert {f"rel-conductor-{s}" for s in SERVICES} | {"rel-nats"} <= budgets
+    for s in SERVICES:
+        svc = named(docs, "Service", f"rel-conductor-{s}")
+        assert svc["metadata"]["labels"]["conductor.io/metrics"] == "true"
+
+
+def test_vllm_servers_are_gpu_workloads_with_a_model_cache():
+    docs = rendered("vllm-workers")
+    deploy = named(docs, "Deployment", "rel-conductor-vllm-qwen-coder")
+    spec = deploy["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert c["image"].startswith("vllm/vllm-openai:v")
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 2 and "--tensor-parallel-size=2" in c["args"]
+    assert spec["nodeSelector"] and spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["models"]["persistentVolumeClaim"]["claimName"] == "rel-conductor-vllm-qwen-coder-cache"
+    startup = c["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 1200
+
+
+def test_learner_is_off_by_default_and_a_gpu_workload_when_on():
+    assert not [d for d in rendered("default") if "learner" in d["metadata"]["name"]]
+    docs = rendered("gpu-learner")
+    learner = named(docs, "Deployment", "rel-conductor-learner")
+    spec = learner["spec"]["template"]["spec"]
+    assert learner["spec"]["strategy"] == {"type": "Recreate"} and learner["spec"]["replicas"] == 1
+    assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    claim = named(docs, "PersistentVolumeClaim", "rel-conductor-learner-checkpoints")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    role = named(docs, "Role", "rel-conductor-learner")
+    patch = [r for r in role["rules"] if "patch" in r["verbs"]]
+    assert patch == [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["rel-conductor-vllm-policy"],
+         "verbs": ["get", "patch"]}
+    ]
+    policy = named(docs, "Deployment", "rel-conductor-vllm-policy")["spec"]["template"]["spec"]
+    assert {"name": "checkpoints", "mountPath": "/checkpoints", "readOnly": True} in policy["containers"][0]["volumeMounts"]
+
+
+def test_api_keys_reach_the_worker_adapter_only():
+    docs = render({"apiKeys": {"values": {"OPENAI_API_KEY": "sk-test"}}})
+    for s in SERVICES:
+        (c,) = named(docs, "Deployment", f"rel-conductor-{s}")["spec"]["template"]["spec"]["containers"]
+        got = [e["secretRef"]["name"] for e in c.get("envFrom", [])]
+        assert got == (["rel-conductor-api-keys"] if s == "worker-adapter" else []), s
+    assert named(docs, "Secret", "rel-conductor-api-keys")["stringData"] == {"OPENAI_API_KEY": "sk-test"}
+
+
+def test_tls_switches_every_client_to_tls_with_the_ca():
+    docs = rendered("tls")
+    for name, spec in pod_specs(docs):
+        if name.startswith("rel-nats"):
+            continue
+        env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+        assert env["NATS_URL"].startswith("tls://") and env["SSL_CERT_FILE"] == "/etc/conductor/tls/ca.crt", name
+    conf = named(docs, "ConfigMap", "rel-nats-config")["data"]["nats.conf"]
+    assert "ca_file: /etc/nats/tls/ca.crt" in conf and "routes" in conf  # 3 replicas: a cluster
+
+
+def test_helm_test_solves_through_the_services_as_the_client_user():
+    (pod,) = objects(rendered("default"), "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (c,) = pod["spec"]["containers"]
+    assert "conductor" in c["args"][0] and "solve" in c["args"][0]
+    url = next(e["value"] for e in c["env"] if e["name"] == "NATS_URL")
+    assert url.startswith("nats://client:$(NATS_PASSWORD)@rel-nats.ai.svc:4222")
+    assert pod["metadata"]["labels"]["conductor.io/nats-client"] == "true"
+
+
+def test_service_permissions_follow_the_subjects_in_schemas():
+    auth = named(rendered("default"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
+    users = _parse_users(auth)
+    assert users["planner"]["subscribe"] == [PLAN_SUBJECT, "_INBOX.>"]
+    assert users["worker-adapter"]["subscribe"] == [WORK_SUBJECT, "_INBOX.>"]
+    assert users["verifier"] == {"publish": ["_INBOX.>"], "subscribe": [VERIFY_SUBJECT, "_INBOX.>"]}
+    assert users["executor"]["subscribe"] == [SOLVE_SUBJECT, "_INBOX.>"]
+    wanted = {PLAN_SUBJECT, WORK_SUBJECT, VERIFY_SUBJECT, f"{PROGRESS_SUBJECT_PREFIX}.>",
+              f"{RESULT_SUBJECT_PREFIX}.>", f"{DEAD_SUBJECT_PREFIX}.>"}
+    assert wanted <= set(users["executor"]["publish"])
+    assert SUBMIT_SUBJECT in users["client"]["publish"] and SOLVE_SUBJECT in users["client"]["publish"]
+    for name, perms in users.items():  # no user may publish or subscribe to everything
+        assert ">" not in perms["publish"] + perms["subscribe"], name
+
+
+def _parse_users(conf: str) -> dict[str, dict[str, list[str]]]:
+    import json
+    import re
+
+    users = {}
+    for block in re.finditer(r'user: "([^"]+)".*?publish: \{ allow: (\[.*?\]) \}.*?subscribe: \{ allow: (\[.*?\]) \}',
+                             conf, re.S):
+        users[block.group(1)] = {"publish": json.loads(block.group(2)), "subscribe": json.loads(block.group(3))}
+    return users
+
+
+def test_gateway_is_one_values_block_with_an_http_door():
+    docs = rendered("tls")
+    spec = named(docs, "Deployment", "rel-conductor-gateway")["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert {"name": "http", "containerPort": 8080, "protocol": "TCP"} in c["ports"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["CONDUCTOR_GATEWAY_HOST"] == "0.0.0.0" and env["CONDUCTOR_GATEWAY_PORT"] == "8080"
+    assert env["CONDUCTOR_GATEWAY_KEYS_FILE"] == "/etc/conductor/files/conductor-gateway-keys/keys.toml"
+    assert env["NATS_URL"].startswith("tls://gateway:")
+    svc = named(docs, "Service", "rel-conductor-gateway")
+    assert {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"} in svc["spec"]["ports"]
+    door = named(docs, "NetworkPolicy", "rel-conductor-gateway-http")["spec"]
+    assert door["ingress"] == [{
+        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}],
+        "ports": [{"port": 8080, "protocol": "TCP"}],
+    }]
+    assert not reaches_outside(egress_rules(docs, pod_labels(docs, "rel-conductor-gateway")))
+    assert "rel-conductor-gateway" in {d["metadata"]["name"] for d in objects(docs, "PodDisruptionBudget")}
+    assert not [d for d in rendered("default") if "gateway" in d["metadata"]["name"]]
+
+
+def test_traces_go_to_the_configured_collector_only():
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in str(rendered("default"))
+    docs = rendered("vllm-workers")
+    for name in ["planner", "executor", "worker-adapter", "verifier"]:
+        (c,) = named(docs, "Deployment", f"rel-conductor-{name}")["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability.svc:4318"
+        assert env["OTEL_SERVICE_NAME"] == f"conductor-{name}"
+    egress = named(docs, "NetworkPolicy", "rel-conductor-otlp")["spec"]["egress"]
+    assert egress[0]["ports"] == [{"port": 4318, "protocol": "TCP"}]
+    assert "ipBlock" not in str(egress)
+
+
+def test_no_user_gets_the_whole_jetstream_api():
+    auth = named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
+    for name, perms in _parse_users(auth).items():
+        assert not {"$JS.API.>", "$JS.>", "$KV.>", "$O.>"} & set(perms["publish"] + perms["subscribe"]), name

@@ -1,0 +1,241 @@
+"""The gateway on a real nats-server with the services running: the real `openai` SDK (sync, async, streaming)
+and a plain HTTP client for everything an SDK never sends (malformed JSON, wrong types, huge bodies, bad keys)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import openai
+import pytest
+
+from conductor import metrics
+from tests.conductor.scrape import parse, value
+from tests.gateway.conftest import QUESTION, slow_pool, start_gateway
+
+pytestmark = pytest.mark.nats
+
+
+def client(gw, key=None) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key=key or gw.key, max_retries=0)
+
+
+def counter(name: str, **labels: str) -> float:
+    return value(parse(metrics.exposition().decode()), name, **labels)
+
+
+async def test_sync_sdk_gets_an_answer_with_usage_dollars_and_calls(gateway):
+    def call():
+        sync = openai.OpenAI(base_url=gateway.url + "/v1", api_key=gateway.key, max_retries=0)
+        return sync.chat.completions.create(model="conductor", messages=[{"role": "user", "content": QUESTION}])
+
+    reply = await asyncio.to_thread(call)
+    assert reply.object == "chat.completion" and reply.model == "conductor"
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].message.content and reply.choices[0].finish_reason == "stop"
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens > 0
+    assert reply.usage.model_extra["cost_usd"] > 0 and reply.usage.model_extra["calls"] >= 2  # MoA: proposers + aggregator
+    assert reply.model_extra["conductor"]["steps"] == reply.usage.model_extra["calls"]
+
+
+async def test_async_sdk_model_picks_worker_or_baseline(gateway):
+    sdk = client(gateway)
+    single = await sdk.chat.completions.create(model="sim-math", messages=[{"role": "user", "content": QUESTION}])
+    assert single.model_extra["conductor"]["workers"] == ["sim-math"]
+    refine = await sdk.chat.completions.create(model="refine:2", messages=[{"role": "user", "content": QUESTION}])
+    assert refine.model_extra["conductor"]["steps"] == 2
+    models = await sdk.models.list()
+    ids = [m.id for m in models.data]
+    assert ids[:2] == ["conductor", "moa"] and "sim-math" in ids
+    with pytest.raises(openai.NotFoundError):
+        await sdk.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": QUESTION}])
+
+
+async def test_streaming_answer_matches_and_usage_arrives_in_the_final_chunk(gateway):
+    sdk = client(gateway)
+    stream = await sdk.chat.completions.create(
+        model="sim-math", messages=[{"role": "user", "content": QUESTION}], stream=True
+    )
+    chunks = [c async for c in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    plain = await sdk.chat.completions.create(model="sim-math", messages=[{"role": "user", "content": QUESTION}])
+    assert text == plain.choices[0].message.content  # sim workers are deterministic for the same request
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert chunks[-1].usage.total_tokens > 0 and chunks[-1].usage.model_extra["calls"] == 1
+    assert len({c.id for c in chunks}) == 1
+
+
+async def test_streaming_usage_chunk_when_asked_and_progress_only_when_asked(gateway):
+    sdk = client(gateway)
+    stream = await sdk.chat.completions.create(
+        model="conductor",
+        messages=[{"role": "user", "content": QUESTION}],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"conductor_progress": True},
+    )
+    chunks = [c async for c in stream]
+    progress = [c.model_extra["conductor"]["progress"]["kind"] for c in chunks if not c.choices and "conductor" in c.model_extra]
+    assert "planned" in progress and "step_done" in progress
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0  # OpenAI's usage-only chunk
+    assert all(c.usage is None for c in chunks[:-1])  # usage once: clients that add up chunks do not double it
+
+
+async def test_durable_path_and_fetching_the_task_later_with_its_own_key_only(gateway):
+    sdk = client(gateway)
+    reply = await sdk.chat.completions.create(
+        model="conductor", messages=[{"role": "user", "content": QUESTION}], extra_body={"durable": True}
+    )
+    task_id = reply.model_extra["conductor"]["task_id"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{gateway.url}/v1/conductor/tasks/{task_id}", headers=_auth(gateway.key)) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["choices"][0]["message"]["content"] == reply.choices[0].message.content
+        async with http.get(f"{gateway.url}/v1/conductor/tasks/{task_id}", headers=_auth(gateway.limited_key)) as resp:
+            assert resp.status == 404
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def _post(gw, body: bytes | str, headers: dict[str, str] | None = None) -> tuple[int, dict, dict]:
+    async with aiohttp.ClientSession() as http:
+        data = body.encode() if isinstance(body, str) else body
+        async with http.post(gw.url + "/v1/chat/completions", data=data, headers=headers if headers is not None else _auth(gw.key)) as resp:
+            return resp.status, await resp.json(content_type=None), dict(resp.headers)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param", "code"),
+    [
+        ("{not json", 400, None, "invalid_json"),
+        ('{"model": "conductor", "messages": "hello"}', 400, "messages", "invalid_request"),
+        ('{"model": 5, "messages": []}', 400, "model", "invalid_request"),
+        ('{"messages": [{"role": "user", "content": "hi"}]}', 400, "model", "invalid_request"),
+        ('{"model": "conductor", "messages": [{"role": "wizard", "content": "hi"}]}', 400, "messages[0].role", "invalid_request"),
+        ('{"model": "conductor", "messages": [{"role": "user", "content": "hi"}], "n": 3}', 400, "n", "invalid_request"),
+        ('{"model": "conductor", "messages": [{"role": "user", "content": "hi"}], "pool": ["nobody"]}', 400, "pool[0]", "bad_request"),
+    ],
+)
+async def test_plain_http_bad_bodies_get_openai_error_shape(gateway, body, status, param, code):
+    got, payload, _ = await _post(gateway, body)
+    assert got == status, payload
+    assert set(payload["error"]) == {"message", "type", "param", "code"}
+    assert (payload["error"]["param"], payload["error"]["code"]) == (param, code)
+
+
+async def test_huge_bodies_are_refused_before_reading(gateway):
+    huge = b'{"model": "conductor", "messages": [{"role": "user", "content": "' + b"x" * 2_000_000 + b'"}]}'
+    status, payload, _ = await _post(gateway, huge)
+    assert (status, payload["error"]["code"]) == (413, "payload_too_large")
+
+    async def chunked():  # no Content-Length: aiohttp's read limit still stops it
+        for _ in range(40):
+            yield b"x" * 65536
+
+    async with aiohttp.ClientSession() as http:
+        async with http.post(gateway.url + "/v1/chat/completions", data=chunked(), headers=_auth(gateway.key)) as resp:
+            assert resp.status == 413
+
+
+@pytest.mark.parametrize(("headers", "code"), [({}, "missing_api_key"), ({"Authorization": "Bearer cnd-wrong"}, "invalid_api_key"), ({"Authorization": "Basic abc"}, "missing_api_key")])
+async def test_requests_without_a_valid_key_get_401(gateway, headers, code):
+    body = json.dumps({"model": "conductor", "messages": [{"role": "user", "content": QUESTION}]})
+    status, payload, _ = await _post(gateway, body, headers)
+    assert (status, payload["error"]["code"]) == (401, code)
+    with pytest.raises(openai.AuthenticationError):
+        await client(gateway, "cnd-wrong").models.list()
+
+
+async def test_rate_and_spend_limits_give_429_with_retry_after_and_per_key_metrics(gateway):
+    body = json.dumps({"model": "sim-small", "messages": [{"role": "user", "content": QUESTION}]})
+    before = counter("conductor_gateway_requests_total", key="limited", status="429")
+    statuses = [(await _post(gateway, body, _auth(gateway.limited_key)))[0] for _ in range(2)]
+    status, payload, headers = await _post(gateway, body, _auth(gateway.limited_key))
+    assert statuses == [200, 200] and status == 429 and payload["error"]["code"] == "rate_limit_exceeded"
+    assert 1 <= int(headers["Retry-After"]) <= 60
+    assert counter("conductor_gateway_requests_total", key="limited", status="429") == before + 1
+    assert counter("conductor_gateway_cost_usd_total", key="limited") > 0
+
+    assert (await _post(gateway, body, _auth(gateway.spend_key)))[0] == 200  # spends more than its tiny limit
+    status, payload, _ = await _post(gateway, body, _auth(gateway.spend_key))
+    assert (status, payload["error"]["code"]) == (429, "spend_limit_exceeded")
+    with pytest.raises(openai.RateLimitError):
+        await client(gateway, gateway.spend_key).chat.completions.create(model="sim-small", messages=[{"role": "user", "content": "hi"}])
+
+
+async def test_no_executor_means_503_with_retry_after(nats_url, subject_prefix, tmp_path):
+    ctx, gw = await start_gateway(nats_url, subject_prefix, tmp_path, services=())
+    async with ctx:
+        gw.url = f"http://127.0.0.1:{gw.service.port}"
+        body = json.dumps({"model": "conductor", "messages": [{"role": "user", "content": QUESTION}]})
+        status, payload, headers = await _post(gw, body)
+        assert (status, payload["error"]["type"], headers["Retry-After"]) == (503, "service_unavailable", "1")
+        stream = await client(gw).chat.completions.create(
+            model="conductor", messages=[{"role": "user", "content": QUESTION}], stream=True
+        )
+        with pytest.raises(openai.APIError, match="no executor"):
+            async for _ in stream:
+                pass
+
+
+async def test_client_disconnect_mid_stream_leaves_nothing_waiting(nats_url, subject_prefix, tmp_path):
+    """The client leaves while the task runs: the gateway drops its wait (no in-flight request, no pending reply),
+    and the executor still finishes the task — cancelled on our side, finished on its, never leaked."""
+    ctx, gw = await start_gateway(nats_url, subject_prefix, tmp_path, pool=slow_pool(tmp_path, 0.6), keepalive_s=0.1)
+    async with ctx:
+        gw.url = f"http://127.0.0.1:{gw.service.port}"
+        tasks_before = counter("conductor_tasks_total")
+        body = json.dumps({"model": "refine:3", "messages": [{"role": "user", "content": QUESTION}], "stream": True, "conductor_progress": True})
+        async with aiohttp.ClientSession() as http:
+            resp = await http.post(gw.url + "/v1/chat/completions", data=body, headers=_auth(gw.key))
+            assert resp.status == 200
+            await resp.content.readline()  # the role chunk: the task is running
+            resp.close()  # hang up mid-task
+        for _ in range(100):
+            if metrics.GATEWAY_IN_FLIGHT._value.get() == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert metrics.GATEWAY_IN_FLIGHT._value.get() == 0
+        assert gw.service.door.bus.pending() == 0
+        for _ in range(100):  # 3 steps of 0.6 s each
+            if counter("conductor_tasks_total") > tasks_before:
+                break
+            await asyncio.sleep(0.1)
+        assert counter("conductor_tasks_total") == tasks_before + 1
+        assert counter("conductor_gateway_client_disconnects_total", key="open") >= 1
+
+
+async def test_executor_killed_mid_task_is_a_503_in_seconds_not_the_solve_timeout(nats_url, subject_prefix, tmp_path):
+    """The executor beats while it runs a gateway's solve; SIGKILLed mid-task, it falls silent and the client gets
+    a retryable 503 after three missed beats, long before the 10-minute solve timeout."""
+    import os
+    import signal
+    import sys
+
+    pool = slow_pool(tmp_path, 1.0)
+    ctx, gw = await start_gateway(nats_url, subject_prefix, tmp_path, pool=pool, services=("planner", "worker-adapter", "verifier"))
+    env = {**os.environ, "NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_POOL": str(pool), "CONDUCTOR_METRICS_PORT": "off", "CONDUCTOR_LOG_LEVEL": "WARNING"}
+    executor = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conductor.app.cli", "serve", "executor", env=env, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        assert executor.stderr is not None
+        while not (await executor.stderr.readline()).startswith(b"serving"):
+            assert executor.returncode is None
+        async with ctx:
+            gw.url = f"http://127.0.0.1:{gw.service.port}"
+            body = json.dumps({"model": "refine:5", "messages": [{"role": "user", "content": QUESTION}]})
+            request = asyncio.ensure_future(_post(gw, body))
+            await asyncio.sleep(1.5)  # the task is running its steps
+            executor.send_signal(signal.SIGKILL)
+            status, payload, headers = await asyncio.wait_for(request, timeout=60)
+            assert (status, payload["error"]["code"], headers["Retry-After"]) == (503, "unavailable", "1")
+            assert "stopped answering" in payload["error"]["message"]
+    finally:
+        if executor.returncode is None:
+            executor.kill()
+        await executor.wait()

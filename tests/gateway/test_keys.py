@@ -1,0 +1,65 @@
+"""API keys: hashed at rest, strict file format, and per-key limits decided by a pure function."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.gateway.keys import KeyRing, KeysFileError, entry_toml, new_key
+from services.gateway.openai_api import GatewayError
+from services.gateway.quota import KeyLoad, admit_load, charge_load
+
+
+def test_a_new_key_is_found_by_its_digest_and_the_file_never_holds_it(tmp_path):
+    key, entry = new_key("team-a")
+    path = tmp_path / "keys.toml"
+    path.write_text(entry_toml(entry))
+    assert key not in path.read_text()
+    ring = KeyRing.load(path)
+    assert ring.lookup(key).name == "team-a"
+    assert ring.lookup(key + "x") is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",  # no keys
+        "[[keys]]\nname = 'a'\nsha256 = 'xyz'\n",  # not a digest
+        "[[keys]]\nname = 'a b'\nsha256 = '" + "0" * 64 + "'\n",  # bad name
+        "[[keys]]\nname = 'a'\nsha256 = '" + "0" * 64 + "'\nrpm = 0\n",
+        "[[keys]]\nname = 'a'\nsha256 = '" + "0" * 64 + "'\nkey = 'plaintext'\n",  # unknown field
+        "[[keys]]\nname = 'a'\nsha256 = '" + "0" * 64 + "'\n[[keys]]\nname = 'a'\nsha256 = '" + "1" * 64 + "'\n",
+        "not toml [",
+    ],
+)
+def test_malformed_keys_files_are_refused(tmp_path, text):
+    path = tmp_path / "keys.toml"
+    path.write_text(text)
+    with pytest.raises(KeysFileError):
+        KeyRing.load(path)
+
+
+def test_missing_keys_file_is_refused(tmp_path):
+    with pytest.raises(KeysFileError, match="cannot read"):
+        KeyRing.load(tmp_path / "absent.toml")
+
+
+def test_rate_window_admits_rpm_then_refuses_until_the_next_minute():
+    _, key = new_key("k")
+    key = type(key)(name="k", sha256=key.sha256, rpm=2)
+    now = 600.0 + 10
+    load = admit_load(admit_load(KeyLoad(), key, now), key, now)
+    with pytest.raises(GatewayError) as err:
+        admit_load(load, key, now)
+    assert (err.value.status, err.value.code, err.value.retry_after) == (429, "rate_limit_exceeded", 50)
+    assert admit_load(load, key, now + 60).requests == 1  # a new minute
+
+
+def test_spend_limit_refuses_once_reached_and_resets_the_next_day():
+    _, key = new_key("k")
+    key = type(key)(name="k", sha256=key.sha256, spend_usd_per_day=1.0)
+    now = 86400.0 * 3 + 100
+    load = charge_load(admit_load(KeyLoad(), key, now), 1.5, now)
+    with pytest.raises(GatewayError) as err:
+        admit_load(load, key, now)
+    assert err.value.code == "spend_limit_exceeded"
+    assert admit_load(load, key, now + 86400).spend_usd == 0.0
