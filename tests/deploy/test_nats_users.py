@@ -1,0 +1,178 @@
+"""The chart's NATS server config and per-service users, run for real: nats-server loads the rendered nats.conf and
+authorization block, every service connects as its own user, and a solve and a durable task go through. A user
+reaching past its permissions is refused by the server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.request
+
+import nats
+import pytest
+
+from conductor.app.runtime import create_services, running
+from conductor.client import ConductorClient
+from conductor.endpoints import Endpoint, EndpointServer, Requester
+from conductor.natsserver import find_binary, free_port, reachable
+from conductor.settings import CommonSettings
+from schemas.solve import SolveRequest
+from tests.deploy.chart import named, render
+
+pytestmark = pytest.mark.nats
+
+QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled sim dataset (answer 2)
+SERVICES = ["executor", "planner", "worker-adapter", "verifier", "gateway"]  # each connects as the user of its name
+VALUES = {"gateway": {"enabled": True}}
+
+
+@pytest.fixture(scope="module")
+def chart_nats(tmp_path_factory):
+    """nats-server started from the chart's own config files, with the generated passwords in its environment."""
+    docs = render(VALUES)
+    conf = named(docs, "ConfigMap", "rel-nats-config")["data"]["nats.conf"]
+    auth = named(docs, "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
+    secret = named(docs, "Secret", "rel-nats-credentials")["data"]
+    passwords = {k: base64.b64decode(v).decode() for k, v in secret.items()}
+    root = tmp_path_factory.mktemp("chart-nats")
+    (root / "auth").mkdir()
+    (root / "auth" / "authorization.conf").write_text(auth)
+    port, http = free_port(), free_port()
+    conf = conf.replace("listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{port}")
+    conf = conf.replace("http_port: 8222", f"http: 127.0.0.1:{http}")
+    conf = conf.replace("store_dir: /data/jetstream", f"store_dir: {root / 'js'}")
+    (root / "nats.conf").write_text(conf)
+    env = {**os.environ, **passwords, "POD_NAME": "rel-nats-0"}
+    check = subprocess.run([find_binary(), "-c", str(root / "nats.conf"), "-t"], env=env, capture_output=True)
+    assert check.returncode == 0, check.stderr.decode()
+    log = open(root / "nats.log", "wb")  # the server log: permission violations, read by the tests
+    proc = subprocess.Popen([find_binary(), "-c", str(root / "nats.conf")], env=env, stderr=log)
+    url = f"nats://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while not reachable(url, 0.2):
+        assert proc.poll() is None and time.monotonic() < deadline, (root / "nats.log").read_text()
+        time.sleep(0.05)
+
+    def url_for(user: str) -> str:
+        return f"nats://{user}:{passwords['NATS_PASSWORD_' + user.upper().replace('-', '_')]}@127.0.0.1:{port}"
+
+    url_for.log = root / "nats.log"  # type: ignore[attr-defined]
+    yield url_for
+    proc.terminate()
+    proc.wait(timeout=10)
+    log.close()
+
+
+@pytest.fixture
+async def services(chart_nats):
+    """Each service in its own connection as its own user, as in the cluster; the gateway on a free port."""
+    async with contextlib.AsyncExitStack() as stack:
+        for name in SERVICES:
+            env = {"NATS_URL": chart_nats(name), "CONDUCTOR_LOG_LEVEL": "WARNING"}
+            if name == "gateway":
+                env |= {"CONDUCTOR_GATEWAY_ALLOW_ANONYMOUS": "true", "CONDUCTOR_GATEWAY_PORT": str(GATEWAY_PORT)}
+            await stack.enter_async_context(
+                running(create_services([name], env), CommonSettings.from_env(env), name=name)
+            )
+        yield
+
+
+async def test_solve_and_durable_task_as_per_service_users(chart_nats, services):
+    settings = CommonSettings.from_env({"NATS_URL": chart_nats("client")})
+    async with ConductorClient(settings) as client:
+        result = await client.solve(SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60)
+        assert result.error is None and result.answer and result.verdict is not None
+        task_id = await client.submit(SolveRequest(question=QUESTION, domain="math", reference="2"))
+        stored = await client.result(task_id, wait=60)
+        assert stored.task_id == task_id and stored.error is None and stored.verdict is not None
+    reply = await asyncio.to_thread(_chat, QUESTION)
+    assert reply["choices"][0]["message"]["content"], reply
+    # Nothing the services did on the way was refused (a refusal can be retried into success: look at the log).
+    assert "Violation" not in chart_nats.log.read_text()
+
+
+GATEWAY_PORT = free_port()
+
+
+def _chat(question: str) -> dict:
+    """One OpenAI-shaped chat completion through the gateway, over plain HTTP."""
+    body = json.dumps({"model": "conductor", "messages": [{"role": "user", "content": question}]}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{GATEWAY_PORT}/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+async def test_a_slow_responder_beats_through_its_permissions(chart_nats):
+    """Liveness beats are several messages to one reply inbox: a responder's user must be allowed them all
+    (allow_responses alone admits one), or a long call dies of a "lost" responder that was only slow."""
+    async def slow(body: bytes) -> bytes:
+        await asyncio.sleep(1.0)
+        return body
+
+    planner = await nats.connect(chart_nats("planner"))
+    executor = await nats.connect(chart_nats("executor"))
+    server = EndpointServer(planner, [Endpoint("conductor.plan", queue="planner", title="plan", handler=slow,
+                                               on_error=lambda info: b"")], concurrency=4, drain_timeout_s=1)
+    try:
+        await server.start()
+        await planner.flush()  # the subscription reached the server before the request does
+        requester = Requester(executor)
+        # Right after the previous test's services closed their connections, nats-server now and then answers
+        # "no responders" although this queue subscription is in place (seen about once in ten runs of this file,
+        # never with the test alone): ask again for up to 2 s. A refused beat is a timeout, never this error.
+        for _ in range(20):
+            try:
+                reply = await requester.request("conductor.plan", b"ok", timeout=10, beat_s=0.1, misses=3)
+                break
+            except nats.errors.NoRespondersError:
+                await asyncio.sleep(0.1)
+        else:
+            pytest.fail("conductor.plan had no responders for 2 s")
+        assert reply.data == b"ok"
+    finally:
+        await server.stop()
+        await planner.close()
+        await executor.close()
+
+
+@pytest.mark.parametrize(
+    ("user", "action", "subject"),
+    [
+        ("verifier", "subscribe", "conductor.work"),  # no service may read another's traffic
+        ("verifier", "publish", "conductor.solve"),  # the verifier can only answer
+        ("planner", "publish", "conductor.work"),
+        ("worker-adapter", "subscribe", "conductor.solve"),
+        ("client", "subscribe", "conductor.plan"),
+        ("client", "publish", "$JS.API.STREAM.DELETE.CONDUCTOR_TASKS"),
+        ("gateway", "subscribe", "conductor.work"),
+        ("gateway", "publish", "$KV.CONDUCTOR_RESULTS.forged"),  # it reads results, never writes them
+    ],
+)
+async def test_a_user_outside_its_permissions_is_refused(chart_nats, user, action, subject):
+    errors: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(str(exc))
+
+    nc = await nats.connect(chart_nats(user), error_cb=on_error, max_reconnect_attempts=0)
+    try:
+        if action == "subscribe":
+            await nc.subscribe(subject)
+        else:
+            await nc.publish(subject, b"{}")
+        await nc.flush()
+        for _ in range(50):
+            if errors:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await nc.close()
+    verb = "Subscription" if action == "subscribe" else "Publish"
+    assert any(re.search(rf"permissions violation for {verb} to \"?{re.escape(subject)}", e, re.I) for e in errors), errors
