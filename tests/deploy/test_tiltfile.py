@@ -131,7 +131,7 @@ def images(tilt: Tilt) -> set[str]:
 def test_default_runs_nats_and_every_service_with_live_update():
     tilt = evaluate({})
     assert set(tilt.resources) == {"conductor-nats", "conductor-planner", "conductor-executor",
-                                   "conductor-worker-adapter", "conductor-verifier"}
+                                   "conductor-worker-adapter", "conductor-verifier", "conductor-gateway"}
     assert set(tilt.resources) <= set(workloads(tilt)), "every Tilt resource is a workload the chart renders"
     (build,) = tilt.builds
     assert build["ref"] == "conductor" and build["target"] == "dev"
@@ -143,6 +143,14 @@ def test_default_runs_nats_and_every_service_with_live_update():
     assert tilt.resources["conductor-nats"]["ports"] == ["4222:4222", "8222:8222"]
     for name in ["planner", "executor", "worker-adapter", "verifier"]:
         assert tilt.resources[f"conductor-{name}"]["deps"] == ["conductor-nats"]
+
+
+def test_the_gateway_is_forwarded_and_open_locally_without_keys():
+    tilt = evaluate({})
+    assert "8080:8080" in tilt.resources["conductor-gateway"]["ports"]
+    (container,) = workloads(tilt)["conductor-gateway"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert env["CONDUCTOR_GATEWAY_ALLOW_ANONYMOUS"] == "true" and env["CONDUCTOR_GATEWAY_PORT"] == "8080"
 
 
 def test_default_uses_the_simulated_pool_and_no_learner():
