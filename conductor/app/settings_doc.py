@@ -30,6 +30,12 @@ Rules, the same for every setting (`conductor/settings.py`):
   redelivery backoff and the worker-adapter's retry backoff; each now has its own name.
 
 Secrets are never settings: the pool file and `CONDUCTOR_POLICY_API_KEY_ENV` name the variables that hold keys.
+
+OpenTelemetry's own variables are read as its specification defines them, by every service (`conductor/tracing.py`):
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, or `OTEL_EXPORTER_OTLP_ENDPOINT` with `/v1/traces` appended, turns OTLP export
+on (it needs the `otel` extra); `OTEL_SERVICE_NAME` names the service; `OTEL_SDK_DISABLED=true` or
+`OTEL_TRACES_EXPORTER=none` turns it off; headers, protocol and timeouts go to the exporter as its
+`OTEL_EXPORTER_OTLP_*` variables. Trace context travels in NATS headers whether or not anything is exported.
 """
 
 

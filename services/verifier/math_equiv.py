@@ -18,7 +18,6 @@ killing the worker. Extra rules beyond math-verify, each gated so it cannot turn
 from __future__ import annotations
 
 import functools
-import logging
 import re
 
 import msgspec
@@ -39,8 +38,6 @@ CURRENCY = re.compile(r"^(?:\\\$|\$|\\text\{\s*\\?\$\s*\})\s*")
 NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
 THOUSANDS = re.compile(r"^-?\d{1,3}(?:(?:\{,\}|\\,|\\!|,|\\ |\s)\d{3})+(?:\.\d+)?$")
 INTEGER = re.compile(r"^\d+$")
-
-log = logging.getLogger(__name__)
 
 
 class MathVerdict(msgspec.Struct, frozen=True, kw_only=True):

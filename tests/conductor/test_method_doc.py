@@ -10,8 +10,9 @@ CITATION = re.compile(r"docs/method\.md §(\d+)")
 
 
 def _sources() -> list[Path]:
-    dirs = ("conductor", "schemas", "services", "evaluation", "tests", "bench", "docs")
-    return [p for d in dirs for p in (ROOT / d).rglob("*") if p.suffix in {".py", ".md"} and p.is_file()]
+    dirs = ("conductor", "schemas", "services", "evaluation", "tests", "bench", "docs", "scripts", "charts", "infra")
+    found = [p for d in dirs for p in (ROOT / d).rglob("*") if p.suffix in {".py", ".md", ".yaml", ".toml"}]
+    return [p for p in found if p.is_file()] + [ROOT / "README.md"]
 
 
 def test_no_citation_of_a_file_outside_the_repository() -> None:
