@@ -11,10 +11,11 @@ Schema evolution rules (checked by the golden-payload tests in tests/schemas):
 6. Enumerated string values (error codes, outcomes) gain members only.
 """
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2: ``WorkReply.faults`` (failed tries by ``FaultReason``), ``SolveRequest.progress``; ``WorkRequest.idempotent``
 also landed after the v1 golden payloads.
 3: ``TaskCheckpoint.schema_version`` (stored checkpoints carry their format version, as results do) and its
 ``started_at``/``failing_since``/``failing_progress`` (the retry horizon across redeliveries); bounds on
 request fields (``msgspec.Meta``: non-blank question, ``max_steps`` >= 1, positive budget limits, ...) that the
-services already enforced by hand, so every payload they accepted still decodes."""
+services already enforced by hand, so every payload they accepted still decodes.
+4: the rollout subject (``schemas/rollout.py``: ``RolloutBatch`` in, ``RolloutBatchResult`` out)."""

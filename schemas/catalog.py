@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from schemas.contract import Event, RequestReply
 from schemas.plan import PLAN
+from schemas.rollout import ROLLOUT
 from schemas.solve import PROGRESS, SOLVE
 from schemas.tasks import RESULTS
 from schemas.verify import VERIFY
 from schemas.work import WORK
 
-REQUEST_REPLY: tuple[RequestReply, ...] = (SOLVE, PLAN, WORK, VERIFY)
-"""Ordered as the AsyncAPI document lists them: the public subject first, then the internal ones."""
+REQUEST_REPLY: tuple[RequestReply, ...] = (SOLVE, ROLLOUT, PLAN, WORK, VERIFY)
+"""Ordered as the AsyncAPI document lists them: the public subject first, the learner's next, then the internal
+ones."""
 
 EVENTS: tuple[Event, ...] = (PROGRESS, RESULTS)
 """Subjects services publish to without a reply."""

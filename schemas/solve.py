@@ -113,8 +113,12 @@ class SolveResult(msgspec.Struct, frozen=True, kw_only=True):
     verdict: Annotated[Verdict | None, Meta(description="Set when the request carried a reference.")] = None
     reward: Annotated[
         float | None,
-        Meta(description="Training reward (1 correct, 0.5 wrong, 0 unparseable); unset when not verifiable."),
-    ] = None  # docs/method.md §3
+        Meta(
+            description="Training reward of the policy's own completion (1 correct, 0.5 wrong, 0 unparseable, also "
+            "when a fallback planned after every sample failed to parse); unset when it cannot be known."
+        ),
+    ] = None  # docs/method.md §3: unset without a reference, when a failure stopped the workflow or its verification,
+    # or when a fallback stood in for a policy backend that wrote nothing
     error: Annotated[ErrorInfo | None, Meta(description="Why there is no (complete) answer.")] = None
     latency_s: float = 0.0
     schema_version: Annotated[int, Meta(description="The schema version of the writer.")] = SCHEMA_VERSION

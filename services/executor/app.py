@@ -1,5 +1,6 @@
-"""Executor service: solve requests from ``conductor.solve`` (request/reply) and, when durable, tasks from the
-JetStream work queue ``conductor.tasks.submit``."""
+"""Executor service: solve requests from ``conductor.solve`` (request/reply), the learner's rollout batches from
+``conductor.rollout`` (request/reply) and, when durable, tasks from the JetStream work queue
+``conductor.tasks.submit``."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ from nats.js.api import RetentionPolicy, StorageType
 from opentelemetry.trace import SpanKind
 
 from conductor import metrics, tracing
+from conductor.access import inbox_prefix
+from conductor.credentials import user_of
 from conductor.endpoints import serve
 from conductor.pool import Pool, load_pool
+from schemas.rollout import ROLLOUT, RolloutBatch, RolloutBatchResult
 from schemas.solve import SOLVE, SOLVE_SUBJECT, SolveRequest, SolveResult
-from schemas.tasks import Names
+from schemas.tasks import INTAKE_CONSUMER, Names
 from services.executor.config import ExecutorSettings
 from services.executor.core import Executor
 from services.executor.intake import PULL_EXPIRY_S, Intake, admission
+from services.executor.rollouts import Rollouts
 from services.executor.store import TaskStore
 from services.executor.transport import NatsTransport, Transport
 
@@ -38,6 +43,7 @@ class ExecutorService:
         self.executor: Executor | None = None
         self.store: TaskStore | None = None
         self.intake: Intake | None = None
+        self.rollouts: Rollouts | None = None
         self.router = NatsRouter()
         common = settings.common
         self.endpoints = [
@@ -47,7 +53,8 @@ class ExecutorService:
                 prefix=common.subject_prefix,
                 max_bytes=common.max_payload_bytes,
                 rejected=metrics.task_rejected,
-            )
+            ),
+            serve(ROLLOUT, self.handle_rollout, prefix=common.subject_prefix, max_bytes=common.max_payload_bytes),
         ]
         if settings.durable:
             taken = admission(self.pool, settings.intake, common.handler_concurrency)
@@ -60,8 +67,11 @@ class ExecutorService:
                     duplicate_window=settings.store.duplicate_window_s,
                     storage=StorageType.FILE,
                 ),
-                durable="executor",
+                durable=INTAKE_CONSUMER,
                 pull_sub=PullSub(batch_size=min(64, taken), timeout=PULL_EXPIRY_S),
+                # Fetched tasks arrive on this user's own inbox, the only one it may subscribe to (conductor/access.py);
+                # FastStream would otherwise pull to the shared "_INBOX." prefix.
+                inbox_prefix=f"{inbox_prefix(user_of(common, self.name))}.".encode(),
                 config=ConsumerConfig(
                     ack_wait=settings.intake.ack_wait_s, max_deliver=settings.intake.max_deliver
                 ),
@@ -73,13 +83,16 @@ class ExecutorService:
     async def start(self, broker: NatsBroker) -> None:
         transport = self._transport or NatsTransport(broker, self.settings.common, self.settings.calls)
         self.executor = Executor(self.pool, self.settings, transport)
+        # Rollouts share the bound durable tasks have: what the pool can serve at once (services/executor/intake.py).
+        concurrency = admission(self.pool, self.settings.intake, self.settings.common.handler_concurrency)
+        self.rollouts = Rollouts(self.executor, concurrency)
         if self.settings.durable:
             self.store = TaskStore(broker.connection.jetstream(), self.names, self.settings.store)
             await self.store.ensure()
             self.intake = Intake(self.executor, self.store, self.settings.intake)
 
     async def stop(self) -> None:
-        self.executor = self.intake = self.store = None
+        self.executor = self.intake = self.store = self.rollouts = None
 
     async def handle_solve(self, req: SolveRequest) -> SolveResult:
         """Run one task to its result; bad input was answered by ``serve`` (a typed error naming the field)."""
@@ -90,6 +103,15 @@ class ExecutorService:
         result = await self.executor.solve(req, checkpoint=checkpoint)
         log.info("task finished", task_id=result.task_id, error=result.error and result.error.code)
         metrics.task_finished(result, SOLVE_SUBJECT)
+        return result
+
+    async def handle_rollout(self, batch: RolloutBatch) -> RolloutBatchResult:
+        """Score a batch of the learner's completions, results in the batch's order (services/executor/rollouts.py)."""
+        assert self.rollouts is not None, "service not started"
+        result = await self.rollouts.run(batch)
+        if result.error is not None:
+            log.info("rollout batch rejected", error=result.error.message, field=result.error.field)
+            metrics.bad_request(ROLLOUT.subject)
         return result
 
     async def handle_task(self, msg: NatsMessage) -> None:

@@ -2,6 +2,10 @@
 production solves and training rollouts, with an optional checkpoint after every step so a redelivered task
 resumes without repeating finished worker calls.
 
+Solves and rollouts differ only in where a round's workflow comes from (``WorkflowSource``): the planner over NATS
+for a solve (``PlannerSource``), the learner's completion parsed as written for a rollout
+(``services/executor/rollouts.py``). Running the steps, recursing, verifying and the reward are shared.
+
 Steps run in workflow order semantically; a step starts as soon as every step it may see has finished, so
 independent steps (access ``[]``) overlap in time without changing any worker's inputs.
 """
@@ -12,6 +16,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import msgspec
 import structlog
@@ -20,7 +25,7 @@ from opentelemetry.trace import StatusCode
 from conductor import metrics, tracing
 from conductor.liveness import current_deadline, expired
 from conductor.pool import Pool, WorkerSpec
-from conductor.reward import UNPARSEABLE, reward
+from conductor.reward import reward
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest, PriorRound, Workflow
 from schemas.solve import ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
@@ -58,21 +63,47 @@ def usage_summary(rounds: Sequence[RoundRecord]) -> UsageSummary:
     return UsageSummary(by_worker=by_worker, planner=planner, total=sum(by_worker.values(), Usage()) + planner)
 
 
+class WorkflowSource(Protocol):
+    """Where a round's workflow comes from: the one thing a solve and a rollout do differently. It answers what the
+    planner would be asked (a ``PlanRequest``: question, pool view as numbered cards, step cap, round, earlier
+    rounds) with a ``PlanReply``; a reply's ``error`` stops the task, an empty workflow hands the answer back."""
+
+    verify_unparsed: bool
+    """Verify the standing answer even when the policy's completion did not parse: a solve's user still gets a
+    verdict on the answer they are given; a rollout's reward is 0 whatever the verdict, so the verifier is spared."""
+
+    async def workflow(self, ask: PlanRequest) -> PlanReply: ...
+
+
+class PlannerSource:
+    """Solves: the planner samples the policy, resamples format failures and may let a fallback baseline plan."""
+
+    verify_unparsed = True
+
+    def __init__(self, transport: Transport, timeout: float) -> None:
+        self.transport = transport
+        self.timeout = timeout
+
+    async def workflow(self, ask: PlanRequest) -> PlanReply:
+        return await self.transport.plan(ask, timeout=self.timeout)
+
+
 class TaskState:
     """A task's progress in memory; ``checkpoint()`` is its durable form.
 
     ``rounds`` are finished rounds; ``current`` is the round in progress (its steps finished so far, in any order)
-    with ``workflow`` its plan.
+    with ``workflow`` its plan. ``previous`` holds earlier rounds given from outside (a rollout of a recursive
+    call): the last one's final response is the answer standing until a new workflow replaces it.
     """
 
-    def __init__(self, task_id: str, request: SolveRequest) -> None:
+    def __init__(self, task_id: str, request: SolveRequest, previous: Sequence[PriorRound] = ()) -> None:
         self.task_id = task_id
         self.request = request
         self.rounds: list[RoundRecord] = []
         self.current: RoundRecord | None = None
         self.workflow: Workflow | None = None
-        self.previous: list[PriorRound] = []
-        self.answer: str | None = None
+        self.previous: list[PriorRound] = list(previous)
+        self.answer: str | None = previous[-1].final_response if previous else None
         self.wall_offset_s = 0.0
         self.deliveries = 1
         self.errors: list[ErrorInfo] = []
@@ -159,7 +190,25 @@ class Executor:
         if started_at is not None:
             state.started_at = started_at
             state.wall_offset_s = max(0.0, time.time() - started_at)
-        run = _TaskRun(self, state, checkpoint, durable=durable)
+        source = PlannerSource(self.transport, self.settings.plan_timeout_s)
+        return await self.execute(state, source, started=started, checkpoint=checkpoint, durable=durable)
+
+    async def execute(
+        self,
+        state: TaskState,
+        source: WorkflowSource,
+        *,
+        started: float | None = None,
+        first_round: int = 0,
+        checkpoint: Checkpointer | None = None,
+        durable: bool = False,
+    ) -> SolveResult:
+        """Run a validated task whose workflows come from ``source`` — the path solves and rollouts share.
+        ``first_round`` numbers the first round run here (a rollout of the n-th recursive call runs round n);
+        ``started`` (monotonic) is when this delivery began, for ``latency_s``; unset: now."""
+        started = time.monotonic() if started is None else started
+        task_id = state.task_id
+        run = _TaskRun(self, state, source, checkpoint, durable=durable, first_round=first_round)
         with (
             structlog.contextvars.bound_contextvars(task_id=task_id),
             tracing.span("task", attributes={"conductor.task_id": task_id, "conductor.durable": durable}),
@@ -180,8 +229,19 @@ class Executor:
 class _TaskRun:
     """One delivery of one task."""
 
-    def __init__(self, ex: Executor, state: TaskState, checkpoint: Checkpointer | None, *, durable: bool) -> None:
+    def __init__(
+        self,
+        ex: Executor,
+        state: TaskState,
+        source: WorkflowSource,
+        checkpoint: Checkpointer | None,
+        *,
+        durable: bool,
+        first_round: int = 0,
+    ) -> None:
         self.ex = ex
+        self.source = source
+        self.first_round = first_round
         self.durable = durable
         self.state = state
         self.req = state.request
@@ -216,9 +276,28 @@ class _TaskRun:
             await self._checkpoint(self.state.checkpoint(self.meter.elapsed()))
 
     async def run(self) -> SolveResult:
+        st = self.state
+        error = await self._run_rounds()
+        parsed = _policy_parsed(st.rounds)
+        verdict = await self._verify() if parsed is not False or self.source.verify_unparsed else None
+        if isinstance(verdict, ErrorInfo):  # the verifier is down: no verdict yet, the task is retried later
+            error, verdict = verdict, None
+        return SolveResult(
+            task_id=st.task_id,
+            answer=st.answer,
+            workflows=st.rounds,
+            usage=usage_summary(st.rounds),
+            verdict=verdict,
+            reward=_reward(parsed, verdict, error),
+            error=error,
+        )
+
+    async def _run_rounds(self) -> ErrorInfo | None:
+        """Plan (or take) and run each round in turn; the error that stopped them, if any."""
         st, req = self.state, self.req
         error: ErrorInfo | None = None
-        for rnd in range(len(st.rounds), req.max_rounds + 1):
+        first = self.first_round
+        for rnd in range(first + len(st.rounds), first + req.max_rounds + 1):
             structlog.contextvars.bind_contextvars(round=rnd)
             if st.workflow is None:
                 error, stop = await self._plan_round(rnd)
@@ -237,37 +316,28 @@ class _TaskRun:
             st.previous.append(PriorRound(completion=finished.completion, final_response=st.answer or ""))
             await self.save()
         structlog.contextvars.unbind_contextvars("round")
-        verdict, reward = await self._verify(parsed=_parsed(st.rounds))
-        if isinstance(verdict, ErrorInfo):  # the verifier is down: no verdict yet, the task is retried later
-            error, verdict = verdict, None
-        return SolveResult(
+        return error
+
+    def _ask(self, rnd: int) -> PlanRequest:
+        """What this round's workflow depends on, as the planner would be asked it."""
+        st, req = self.state, self.req
+        return PlanRequest(
             task_id=st.task_id,
-            answer=st.answer,
-            workflows=st.rounds,
-            usage=usage_summary(st.rounds),
-            verdict=verdict,
-            reward=reward,
-            error=error,
+            question=req.question,
+            workers=self.ex.pool.cards(self.workers),
+            max_steps=req.max_steps or self.ex.settings.default_max_steps,
+            domain=req.domain,
+            round=rnd,
+            previous=st.previous,
+            policy=req.policy,
         )
 
     async def _plan_round(self, rnd: int) -> tuple[ErrorInfo | None, bool]:
-        """Ask the planner for this round's workflow. Returns (error, stop)."""
-        st, req = self.state, self.req
+        """Get this round's workflow from the source. Returns (error, stop)."""
+        st = self.state
         if (halt := self._halt()) is not None:
             return halt, True
-        plan = await self.ex.transport.plan(
-            PlanRequest(
-                task_id=st.task_id,
-                question=req.question,
-                workers=self.ex.pool.cards(self.workers),
-                max_steps=req.max_steps or self.ex.settings.default_max_steps,
-                domain=req.domain,
-                round=rnd,
-                previous=st.previous,
-                policy=req.policy,
-            ),
-            timeout=self.ex.settings.plan_timeout_s,
-        )
+        plan = await self.source.workflow(self._ask(rnd))
         self.meter.add_planner(plan.usage)
         record = _round_record(rnd, plan)
         if plan.error is not None or plan.workflow is None:
@@ -384,13 +454,12 @@ class _TaskRun:
         final = i == len(wf) - 1
         return self.ex.pool.answer_format.for_step(self.req.domain, self.req.question, wf.subtasks[i], final=final)
 
-    async def _verify(self, *, parsed: bool) -> tuple[Verdict | ErrorInfo | None, float | None]:
+    async def _verify(self) -> Verdict | ErrorInfo | None:
+        """The verdict on the standing answer; None when there is no reference or no answer (no workflow ran to
+        completion); the typed retryable error when the verifier stayed down (services/executor/verifying.py)."""
         req, task_id, answer = self.req, self.state.task_id, self.state.answer
-        if req.reference is None:
-            return None, None
-        if answer is None:
-            # Nothing to verify: no workflow ran to completion. Unparseable -> reward 0 (docs/method.md §3).
-            return None, (UNPARSEABLE if not parsed else None)
+        if req.reference is None or answer is None:
+            return None
         batch = VerifyBatch(
             items=[
                 VerifyRequest(
@@ -406,12 +475,11 @@ class _TaskRun:
             self.ex.transport, batch, timeout=self.ex.settings.verify_timeout_s, calls=self.ex.settings.calls
         )
         if isinstance(result, ErrorInfo):
-            return result, None
+            return result
         if result.error is not None or len(result.verdicts) != 1:
             err = result.error or ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message="verifier returned no verdict")
-            return Verdict(id=task_id, outcome=Outcome.ERROR, reason=err.message, error=err), None
-        verdict = result.verdicts[0]
-        return verdict, reward(parsed, verdict)
+            return Verdict(id=task_id, outcome=Outcome.ERROR, reason=err.message, error=err)
+        return result.verdicts[0]
 
 
 def _budget_spent(rounds: Sequence[RoundRecord]) -> Usage:
@@ -425,8 +493,32 @@ def _best_so_far(steps: list[StepRecord]) -> str | None:
     return done[-1].response if done else None
 
 
-def _parsed(rounds: list[RoundRecord]) -> bool:
-    return not any(r.error is not None and r.error.code == ErrorCode.FORMAT_ERROR for r in rounds)
+def _policy_parsed(rounds: Sequence[RoundRecord]) -> bool | None:
+    """Whether the policy's own completions parsed, which is what the reward judges (docs/method.md §3).
+
+    False when a round's did not: a format error, or a fallback baseline that stood in after every sample the
+    policy drew had failed to parse (``fallback_used`` with ``planner_attempts`` > 0: had one sample parsed, the
+    planner would have used it). None when a fallback stood in for a policy that wrote nothing at all (its backend
+    failed before the first sample): there is no completion of the policy's to judge. True otherwise, including a
+    workflow that parsed on a resample and a baseline asked for by name (it is judged as the policy)."""
+    judged: bool | None = True
+    for r in rounds:
+        if (r.error is not None and r.error.code == ErrorCode.FORMAT_ERROR) or (
+            r.fallback_used and r.planner_attempts > 0
+        ):
+            return False
+        if r.fallback_used:
+            judged = None
+    return judged
+
+
+def _reward(parsed: bool | None, verdict: Verdict | None, error: ErrorInfo | None) -> float | None:
+    """docs/method.md §3: 0 for an unparseable completion whatever else happened; otherwise 1 / 0.5 from the verdict,
+    or None (masked in training) when nothing of the policy's was judged, or an infrastructure error (a worker
+    failing after its retries, the budget, a deadline, the verifier) stopped the workflow or its verification."""
+    if parsed is None or (parsed and error is not None):
+        return None
+    return reward(parsed, verdict)
 
 
 def _budget_error(reason: str) -> ErrorInfo:

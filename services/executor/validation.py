@@ -25,17 +25,24 @@ def validate(req: SolveRequest, pool: Pool, settings: ExecutorSettings) -> Error
         return bad_request(f"question exceeds {settings.max_question_chars} characters", "question")
     if req.task_id is not None and not valid_task_id(req.task_id):
         return bad_request(TASK_ID_RULE, "task_id")
-    if req.pool is not None:
-        known = set(pool.names())
-        for i, name in enumerate(req.pool):
-            if name not in known:
-                return bad_request(f"unknown worker {name!r}; known: {sorted(known)}", f"pool[{i}]")
-        if len(set(req.pool)) != len(req.pool):
-            return bad_request("pool names a worker twice", "pool")
+    if req.pool is not None and (error := validate_pool(req.pool, pool)) is not None:
+        return error
     if req.max_steps is not None and req.max_steps > settings.max_steps_cap:
         return bad_request(f"max_steps must be within 1..{settings.max_steps_cap}", "max_steps")
     if req.max_rounds > settings.max_rounds_cap:
         return bad_request(f"max_rounds must be within 0..{settings.max_rounds_cap}", "max_rounds")
+    return None
+
+
+def validate_pool(names: list[str], pool: Pool) -> ErrorInfo | None:
+    """A pool view: each name a worker of this deployment, each once. The error names the entry at fault (the
+    second mention of a repeated worker), since a view's order is its numbering."""
+    known = set(pool.names())
+    for i, name in enumerate(names):
+        if name not in known:
+            return bad_request(f"unknown worker {name!r}; known: {sorted(known)}", f"pool[{i}]")
+        if name in names[:i]:
+            return bad_request(f"pool names worker {name!r} twice", f"pool[{i}]")
     return None
 
 

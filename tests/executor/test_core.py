@@ -9,8 +9,8 @@ from conductor.pool import load_pool
 from conductor.reward import reward
 from conductor.settings import CommonSettings
 from conductor.wire import WireError, decode, encode
-from schemas.errors import ErrorCode
-from schemas.plan import Workflow
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.plan import PlanReply, Workflow
 from schemas.solve import Budget, SolveRequest
 from schemas.verify import Outcome
 from services.executor.config import ExecutorSettings
@@ -37,7 +37,7 @@ def run(transport, **kw):
         ({"question": "   "}, "question"),
         ({"pool": []}, "pool"),
         ({"pool": ["sim-math", "nope"]}, "pool[1]"),
-        ({"pool": ["sim-math", "sim-math"]}, "pool"),
+        ({"pool": ["sim-math", "sim-math"]}, "pool[1]"),
         ({"max_steps": 0}, "max_steps"),
         ({"max_steps": 99}, "max_steps"),
         ({"max_rounds": -1}, "max_rounds"),
@@ -239,3 +239,56 @@ async def test_progress_events_can_be_turned_off_per_request():
     quiet = ScriptedTransport([wf([0, 1], [[], "all"])])
     res = await run(quiet, progress=False)
     assert res.error is None and len(quiet.work_requests) == 2 and quiet.events == []
+
+
+class Rescued(ScriptedTransport):
+    """The planner's reply when the Conductor's samples failed and its fallback baseline planned instead."""
+
+    def __init__(self, *, attempts: int, failures: list[str], policy_error: ErrorInfo | None = None) -> None:
+        super().__init__([])
+        self.reply = PlanReply(
+            policy="moa",
+            completion="model_id = [0]",
+            workflow=wf([0], [[]]),
+            attempts=attempts,
+            fallback_used=True,
+            format_failures=failures,
+            policy_error=policy_error,
+        )
+
+    async def plan(self, req, timeout):
+        self.plan_requests.append(req)
+        return self.reply
+
+
+async def test_a_fallback_standing_in_for_unparseable_samples_is_rewarded_as_unparseable():
+    """Failed before: the fallback's correct answer earned the policy 1.0 — the parse check saw no format error.
+    The user still gets the fallback's answer and its verdict (docs/method.md §3)."""
+    failures = ["missing_lists: no lists", "syntax: not a Python literal", "incomplete: missing subtasks"]
+    res = await run(Rescued(attempts=3, failures=failures), reference="sim-frontier@0")
+    assert res.error is None and res.answer == "sim-frontier@0: saw 1 msgs"
+    assert res.verdict.outcome == Outcome.CORRECT and res.reward == 0.0
+    assert res.workflows[0].fallback_used and res.workflows[0].planner_attempts == 3
+
+
+async def test_a_fallback_standing_in_for_a_failed_backend_leaves_the_reward_unset():
+    """The policy wrote nothing: nothing of its own to judge, so training masks the sample."""
+    down = ErrorInfo(code=ErrorCode.PLANNER_ERROR, message="endpoint down", retryable=True)
+    res = await run(Rescued(attempts=0, failures=[], policy_error=down), reference="sim-frontier@0")
+    assert res.error is None and res.verdict.outcome == Outcome.CORRECT and res.reward is None
+
+
+async def test_a_workflow_that_parsed_on_a_resample_is_the_policys_own_and_rewarded():
+    class Resampled(ScriptedTransport):
+        async def plan(self, req, timeout):
+            return PlanReply(policy="conductor", workflow=wf([0], [[]]), attempts=2, format_failures=["syntax: x"])
+
+    res = await run(Resampled([]), reference="sim-frontier@0")
+    assert res.reward == 1.0
+
+
+async def test_an_infrastructure_failure_leaves_the_reward_unset_but_the_answer_so_far_verified():
+    t = ScriptedTransport([wf([0, 1, 2], [[], "all", "all"])], fail_worker="sim-math")
+    res = await run(t, reference="sim-frontier@0")
+    assert res.error.code == ErrorCode.WORKER_ERROR and res.verdict.outcome == Outcome.CORRECT
+    assert res.reward is None  # a worker outage says nothing about the policy's workflow

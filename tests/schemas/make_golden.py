@@ -10,6 +10,7 @@ import msgspec
 
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest, PriorRound, WorkerCard, Workflow
+from schemas.rollout import Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
 from schemas.solve import Budget, ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
 from schemas.tasks import DeadLetter, TaskCheckpoint
 from schemas.usage import Usage, UsageSummary
@@ -104,6 +105,55 @@ PAYLOADS: dict[str, object] = {
     "task_checkpoint_v1": TaskCheckpoint(task_id="t-1", request=SOLVE_REQ, rounds=[ROUND], workflow=WF, spent=U),
     "task_checkpoint_v3": TaskCheckpoint(
         task_id="t-1", request=SOLVE_REQ, rounds=[ROUND], workflow=WF, spent=U, schema_version=3
+    ),
+    "rollout_batch_v4": RolloutBatch(
+        rollouts=[
+            Rollout(
+                id="g0/s3",
+                question="What is 2^100 mod 7?",
+                pool=["sim-math", "sim-small"],
+                completion="Solve, then check.\nmodel_id = [0, 1]\nsubtasks = [\"solve it\", \"check and answer\"]\n"
+                "access_list = [[], [\"all\"]]",
+                reference="2",
+                domain="math",
+                round=1,
+                previous=[PriorRound(completion="model_id = [1] ...", final_response="\\boxed{3}")],
+                max_steps=3,
+                budget=Budget(max_calls=10),
+                cache=True,
+                policy_version="step-40",
+            ),
+            Rollout(id="g0/s4", question="q", pool=["sim-math"], completion="no lists", reference="2"),
+        ]
+    ),
+    "rollout_batch_result_v4": RolloutBatchResult(
+        results=[
+            RolloutResult(
+                id="g0/s3",
+                reward=1.0,
+                parsed=True,
+                answer="\\boxed{2}",
+                verdict=VERDICT,
+                steps=[STEP],
+                usage=U,
+                latency_s=0.4,
+                policy_version="step-40",
+            ),
+            RolloutResult(
+                id="g0/s4",
+                reward=0.0,
+                parse_error=ErrorInfo(code=ErrorCode.FORMAT_ERROR, message="missing_lists: no lists found"),
+                policy_version="step-40",
+            ),
+            RolloutResult(
+                id="g0/s5",
+                parsed=True,
+                error=ErrorInfo(code=ErrorCode.UNAVAILABLE, message="verifier did not answer", retryable=True),
+            ),
+        ]
+    ),
+    "rollout_batch_result_error_v4": RolloutBatchResult(
+        error=ErrorInfo(code=ErrorCode.BAD_REQUEST, message="unknown worker 'x'", field="rollouts[1].pool[0]")
     ),
     "dead_letter_v1": DeadLetter(
         task_id="t-1",

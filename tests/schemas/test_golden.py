@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from schemas.plan import PlanReply, PlanRequest
+from schemas.rollout import RolloutBatch, RolloutBatchResult
 from schemas.solve import ProgressEvent, SolveRequest, SolveResult
 from schemas.tasks import DeadLetter, TaskCheckpoint
 from schemas.verify import VerifyBatch, VerifyBatchResult
@@ -29,6 +30,8 @@ TYPES: dict[str, type] = {
     "verify_batch_result": VerifyBatchResult,
     "task_checkpoint": TaskCheckpoint,
     "dead_letter": DeadLetter,
+    "rollout_batch": RolloutBatch,
+    "rollout_batch_result": RolloutBatchResult,
 }
 
 

@@ -1,0 +1,102 @@
+"""Rollout subject: the learner's completions in, rewards out (docs/method.md §3-§6).
+
+A rollout is one Conductor completion the learner sampled, scored end to end: the executor parses it, runs its
+workflow's worker calls and asks the verifier, by the same code path as a solve — but it never resamples and never
+falls back, because the reward must judge the policy's own text. An unparseable completion scores 0 and its parse
+error comes back with it; a verifier failure comes back as ``reward=None`` so the trainer masks the sample instead
+of learning a wrong zero.
+
+The policy never sees the reference: it travels here, from the learner to the executor, and from there only to the
+verifier.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from schemas.contract import RequestReply
+from schemas.errors import ErrorInfo
+from schemas.plan import PriorRound
+from schemas.solve import Budget, NonBlank, StepRecord
+from schemas.usage import Usage
+from schemas.verify import Reference, Verdict
+
+ROLLOUT_SUBJECT = "conductor.rollout"
+"""Request/reply: ``RolloutBatch`` in, ``RolloutBatchResult`` out. Queue group ``executor``."""
+
+MAX_ROLLOUTS_PER_BATCH = 256
+"""A batch is one request: the paper's step is 4 questions x 64 rollouts = 256 (docs/method.md §4). A group is
+usually split over several batches so that it fans out across executor replicas."""
+
+
+class Rollout(msgspec.Struct, frozen=True, kw_only=True):
+    """One sampled completion to score. ``pool`` is the view the policy saw, in its order: ordinal ``i`` in the
+    completion means ``pool[i]`` (a random k-subset of the deployment's workers, renumbered, docs/method.md §6)."""
+
+    id: Annotated[str, Meta(min_length=1, max_length=256, description="The learner's id for this sample.")]
+    question: Annotated[NonBlank, Meta(description="The question the policy was shown.")]
+    pool: Annotated[
+        list[Annotated[str, Meta(min_length=1)]],
+        Meta(min_length=1, description="Worker names in the order the policy saw them, each once."),
+    ]
+    completion: Annotated[str, Meta(description="The policy's completion text, scored as written.")]
+    reference: Annotated[str | Reference, Meta(description="Ground truth, given to the verifier only.")]
+    domain: str | None = None
+    round: Annotated[int, Meta(ge=0, description="0 for a first call; n for the n-th recursive call.")] = 0
+    previous: Annotated[
+        list[PriorRound], Meta(description="Earlier rounds' completions and final responses (recursion).")
+    ] = []
+    max_steps: Annotated[
+        Annotated[int, Meta(ge=1)] | None, Meta(description="Most steps allowed; unset: the deployment's.")
+    ] = None
+    budget: Budget | None = None
+    cache: Annotated[bool, Meta(description="Use the content-addressed worker-call cache.")] = False
+    policy_version: Annotated[str, Meta(description="Recorded with the result; never changes the scoring.")] = ""
+
+
+class RolloutBatch(msgspec.Struct, frozen=True, kw_only=True):
+    rollouts: Annotated[list[Rollout], Meta(min_length=1, max_length=MAX_ROLLOUTS_PER_BATCH)]
+
+
+class RolloutResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one rollout earned. ``reward`` is 1 / 0.5 / 0 (docs/method.md §3), ``None`` when it cannot be known
+    (the verifier failed, or an infrastructure error stopped the workflow): the trainer masks it."""
+
+    id: str
+    reward: float | None = None
+    parsed: bool = False
+    parse_error: Annotated[
+        ErrorInfo | None, Meta(description="Why the completion did not parse (format_error, reason in message).")
+    ] = None
+    handback: bool = False  # a recursive call returned three empty lists: the previous answer stands
+    answer: str | None = None
+    verdict: Verdict | None = None
+    steps: list[StepRecord] = []
+    usage: Usage = Usage()
+    error: Annotated[
+        ErrorInfo | None, Meta(description="An infrastructure failure (worker, verifier, budget); reward unset.")
+    ] = None
+    latency_s: float = 0.0
+    policy_version: str = ""
+
+
+class RolloutBatchResult(msgspec.Struct, frozen=True, kw_only=True):
+    results: list[RolloutResult] = []  # in the batch's order
+    error: ErrorInfo | None = None
+
+
+ROLLOUT: RequestReply[RolloutBatch, RolloutBatchResult] = RequestReply(
+    subject=ROLLOUT_SUBJECT,
+    queue="executor",
+    title="rollout",
+    request=RolloutBatch,
+    reply=RolloutBatchResult,
+    description="Training (learner -> executor): Conductor completions with their questions, pool views and "
+    "references in; per completion the reward (1 correct, 0.5 wrong, 0 unparseable, unset when unverifiable), "
+    "parse error, verdict, steps, usage and answer out. Same parse -> worker calls -> verify path as a solve, "
+    "without resampling or fallback.",
+    error_reply=lambda info, _request: RolloutBatchResult(error=info),
+)
