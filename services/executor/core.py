@@ -8,6 +8,11 @@ for a solve (``PlannerSource``), the learner's completion parsed as written for 
 
 Steps run in workflow order semantically; a step starts as soon as every step it may see has finished, so
 independent steps (access ``[]``) overlap in time without changing any worker's inputs.
+
+Nothing handed to the executor is acted on unchecked: a round's workflow, whatever its source, is checked against
+the task's pool view and step cap before a step runs (``validation.workflow_error``); a stored checkpoint is resumed
+only if it is this task's, for the submitted request, with a valid plan and records (``checkpoints.py``); a verdict
+must answer the item asked (``verifying.py``) and a worker's reply the worker asked (``_answering``).
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ from schemas.usage import Usage, UsageSummary
 from schemas.verify import Outcome, Reference, TextReference, Verdict, VerifyBatch, VerifyRequest
 from schemas.work import WorkReply, WorkRequest
 from services.executor.budget import BudgetMeter, merge_budget
+from services.executor.checkpoints import checkpoint_error
 from services.executor.config import ExecutorSettings
 from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
 from services.executor.transport import Transport
-from services.executor.validation import validate
+from services.executor.validation import step_cap, validate, workflow_error
 from services.executor.verifying import verify
 
 log = structlog.get_logger("conductor.executor")
@@ -112,8 +118,10 @@ class TaskState:
         self.failing_progress = 0
 
     @classmethod
-    def resume(cls, cp: TaskCheckpoint) -> TaskState:
-        state = cls(cp.task_id, cp.request)
+    def resume(cls, cp: TaskCheckpoint, request: SolveRequest) -> TaskState:
+        """The task as ``cp`` left it, running the submitted ``request`` (never the checkpoint's copy of it); check
+        ``cp`` first (``Executor.resumable``)."""
+        state = cls(cp.task_id, request)
         rounds = list(cp.rounds)
         if cp.workflow is not None and rounds:
             state.current, state.workflow = rounds.pop(), cp.workflow
@@ -136,12 +144,12 @@ class TaskState:
             request=self.request,
             rounds=self.all_rounds(),
             workflow=self.workflow,
-            previous=self.previous,
+            previous=list(self.previous),  # copies: a checkpointer may keep the struct while the task goes on
             answer=self.answer,
             spent=usage_summary(self.all_rounds()).total,
             wall_s=elapsed_s,
             deliveries=self.deliveries,
-            errors=self.errors,
+            errors=list(self.errors),
             started_at=self.started_at,
             failing_since=self.failing_since,
             failing_progress=self.failing_progress,
@@ -176,7 +184,8 @@ class Executor:
         durable: bool = False,
         started_at: float | None = None,
     ) -> SolveResult:
-        """Run a task to its result. ``resume`` continues a checkpointed task; ``checkpoint`` is called with the
+        """Run a task to its result. ``resume`` continues a checkpointed task if it may be resumed for ``req``
+        (``resumable``; else the task starts afresh from ``req``); ``checkpoint`` is called with the
         task's state after every plan and every finished step (serialised, never concurrently). ``durable`` marks a
         task that can be redelivered, so its worker calls are made idempotent by (task, round, step).
         ``started_at`` (unix seconds) is when the task first started, in an earlier delivery perhaps: wall-time
@@ -186,12 +195,27 @@ class Executor:
         error = validate(req, self.pool, self.settings)
         if error is not None:
             return SolveResult(task_id=task_id, error=error)
-        state = TaskState.resume(resume) if resume is not None else TaskState(task_id, req)
+        resume = self.resumable(resume, req)
+        state = TaskState.resume(resume, req) if resume is not None else TaskState(task_id, req)
         if started_at is not None:
             state.started_at = started_at
             state.wall_offset_s = max(0.0, time.time() - started_at)
         source = PlannerSource(self.transport, self.settings.plan_timeout_s)
         return await self.execute(state, source, started=started, checkpoint=checkpoint, durable=durable)
+
+    def resumable(self, cp: TaskCheckpoint | None, req: SolveRequest) -> TaskCheckpoint | None:
+        """``cp`` when it may be resumed for the delivered ``req`` (services/executor/checkpoints.py); else None,
+        with a warning: the task then starts afresh from ``req``, the authoritative request. None too when ``req``
+        itself is invalid (its typed error is the task's result; there is nothing to resume)."""
+        if cp is None or validate(req, self.pool, self.settings) is not None:
+            return None
+        view = [w.name for w in self.pool.subset(req.pool)]
+        error = checkpoint_error(cp, req, view, max_steps=step_cap(req, self.settings))
+        if error is None:
+            return cp
+        log.warning("checkpoint refused; starting afresh from the submitted request", task_id=req.task_id,
+                    field=error.field, reason=error.message)  # fmt: skip
+        return None
 
     async def execute(
         self,
@@ -325,7 +349,7 @@ class _TaskRun:
             task_id=st.task_id,
             question=req.question,
             workers=self.ex.pool.cards(self.workers),
-            max_steps=req.max_steps or self.ex.settings.default_max_steps,
+            max_steps=step_cap(req, self.ex.settings),
             domain=req.domain,
             round=rnd,
             previous=st.previous,
@@ -337,8 +361,12 @@ class _TaskRun:
         st = self.state
         if (halt := self._halt()) is not None:
             return halt, True
-        plan = await self.source.workflow(self._ask(rnd))
+        ask = self._ask(rnd)
+        plan = await self.source.workflow(ask)
         self.meter.add_planner(plan.usage)
+        if plan.error is None and plan.workflow is not None and (invalid := workflow_error(plan, ask)) is not None:
+            log.warning("workflow refused", policy=plan.policy, reason=invalid.message)
+            plan = msgspec.structs.replace(plan, workflow=None, error=invalid)
         record = _round_record(rnd, plan)
         if plan.error is not None or plan.workflow is None:
             st.rounds.append(record)
@@ -432,6 +460,7 @@ class _TaskRun:
             ),
             timeout=timeout,
         )
+        reply = _answering(reply, worker.name)
         metrics.step_finished(worker.name, reply.error, time.monotonic() - started)
         self.meter.add(reply.usage)
         await self.emit(
@@ -537,6 +566,23 @@ def _round_record(rnd: int, plan: PlanReply) -> RoundRecord:
         planner_usage=plan.usage,
         error=plan.error,
     )
+
+
+def _answering(reply: WorkReply, worker: str) -> WorkReply:
+    """``reply`` if it answers a call to ``worker``. A reply naming another worker (misrouted, or forged by another
+    client on the bus) is not believed: the step fails with a retryable ``worker_error`` (a durable task is
+    redelivered and the call made again), and none of the reply's text or usage is kept. Error replies may name no
+    worker (a responder that could not decode the request answers with an empty name) and are kept as they are."""
+    if reply.error is not None or reply.worker == worker:
+        return reply
+    log.warning("worker reply for another worker refused", asked=worker, answered=reply.worker)
+    error = ErrorInfo(
+        code=ErrorCode.WORKER_ERROR,
+        message=f"a reply in the name of worker {reply.worker!r} answered a call to {worker!r}; not believed",
+        field="worker",
+        retryable=True,
+    )
+    return WorkReply(worker=worker, error=error)
 
 
 def _step_record(i: int, wf: Workflow, worker: str, reply: WorkReply) -> StepRecord:

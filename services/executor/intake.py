@@ -6,6 +6,8 @@ FastStream's default for NATS drops a message whose handler raises; here every o
 |------------------------------------------------------|-----------------------------------------------------|
 | result already stored (a redelivery after success)   | re-publish the result event (deduplicated), ack     |
 | bad input (undecodable, invalid)                     | typed error result stored and published, ack        |
+| checkpoint refused (not this task's or request's,    | checkpoint dropped (logged); the task starts afresh |
+|   invalid plan or records, undecodable)              |   from the submitted request, which is authoritative|
 | finished, or failed deterministically                | result stored, then published, then ack             |
 | transient failure (unavailable, retryable worker err)| checkpoint kept, nak with backoff (resumes later)   |
 | transient failures lasting past the retry horizon    | dead letter (task, error chain, attempts) + result  |
@@ -141,7 +143,7 @@ class Intake:
             if existing is not None:
                 await self._finish(msg, existing, counted=False)
                 return
-            resume = await self.store.checkpoint(task_id)
+            resume = await self._resumable(req)
             started_at = start_of(resume, msg, time.time())
             try:
                 result = await self._run(msg, req, resume, started_at)
@@ -155,6 +157,22 @@ class Intake:
                 await self._retry_or_dead_letter(msg, req, result, delivered, started_at)
                 return
             await self._finish(msg, result, counted=True)
+
+    async def _resumable(self, req: SolveRequest) -> TaskCheckpoint | None:
+        """The task's checkpoint if it may be resumed for ``req`` (``Executor.resumable``,
+        services/executor/checkpoints.py). A refused one is dropped at once, so that nothing later in this delivery
+        (the retry horizon, the dead letter) reads it either."""
+        assert req.task_id is not None
+        try:
+            stored = await self.store.checkpoint(req.task_id)
+        except msgspec.DecodeError as exc:
+            log.warning("checkpoint refused: it does not decode; starting afresh", error=str(exc))
+            await self.store.drop_checkpoint(req.task_id)
+            return None
+        resume = self.executor.resumable(stored, req)
+        if stored is not None and resume is None:
+            await self.store.drop_checkpoint(req.task_id)
+        return resume
 
     async def _run(
         self, msg: Msg, req: SolveRequest, resume: TaskCheckpoint | None, started_at: float
@@ -192,7 +210,7 @@ class Intake:
     ) -> None:
         assert result.error is not None and req.task_id is not None
         now = time.time()
-        cp = await self.store.checkpoint(req.task_id) or TaskCheckpoint(
+        cp = await self._resumable(req) or TaskCheckpoint(
             task_id=req.task_id, request=req, started_at=started_at
         )
         cp = failed_again(cp, result.error, now)

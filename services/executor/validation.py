@@ -1,4 +1,5 @@
-"""Semantic checks on a solve request that the schema cannot express; each failure names the field.
+"""Semantic checks on what the executor is handed that the schema cannot express: a solve request (each failure
+names the field) and a workflow from the planner (checked again here, whoever wrote it).
 
 The schema's bounds (``schemas/solve.py``: non-blank question, non-empty pool, ``max_steps`` >= 1, ``max_rounds``
 >= 0, positive budget limits) are checked when the request is decoded (``conductor.endpoints.serve``, the durable
@@ -8,7 +9,9 @@ intake), before it gets here; what is left depends on this deployment (its pool 
 from __future__ import annotations
 
 from conductor.pool import Pool
+from conductor.workflow import WorkflowFormatError, validate_workflow
 from schemas.errors import ErrorCode, ErrorInfo
+from schemas.plan import PlanReply, PlanRequest
 from schemas.solve import SolveRequest
 from services.executor.config import ExecutorSettings
 
@@ -56,3 +59,33 @@ def valid_task_id(task_id: str) -> bool:
         and not task_id.startswith(".")
         and not task_id.endswith(".")
     )
+
+
+def step_cap(req: SolveRequest, settings: ExecutorSettings) -> int:
+    """The most steps one of the task's workflows may have: the request's ``max_steps`` or the deployment's default,
+    never above the deployment's cap."""
+    return min(req.max_steps or settings.default_max_steps, settings.max_steps_cap)
+
+
+def workflow_error(plan: PlanReply, ask: PlanRequest) -> ErrorInfo | None:
+    """Why the executor will not run ``plan.workflow``, checked against what was asked (the pool view's size, the
+    step cap, and three empty lists only on a recursion round) by the one definition of a valid workflow
+    (``conductor.workflow``). The planner parses the policy's text with the same rules, so a workflow that fails here
+    is a planner of other rules, a bug or a forgery; running it would hang (access to a later step), wrap around
+    (``model_id`` -1), fail deep inside (99) or pay for more steps than allowed.
+
+    Deterministic, so never retried. The code says whose text it is: a model policy's own sample (a
+    ``format_error``: its reward is 0, docs/method.md §3) or a baseline's or the fallback's (a ``planner_error``:
+    the planner's bug, no reward of its own)."""
+    assert plan.workflow is not None
+    try:
+        validate_workflow(
+            plan.workflow, n_workers=len(ask.workers), max_steps=ask.max_steps, allow_empty=bool(ask.previous)
+        )
+    except WorkflowFormatError as exc:
+        sampled = plan.attempts > 0 and not plan.fallback_used  # baselines report 0 attempts (services/planner)
+        return ErrorInfo(
+            code=ErrorCode.FORMAT_ERROR if sampled else ErrorCode.PLANNER_ERROR,
+            message=f"the workflow of policy {plan.policy!r} fails the executor's check: {exc}",
+        )
+    return None

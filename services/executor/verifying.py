@@ -7,6 +7,10 @@ was acknowledged: a 30 s verifier outage turned every task reaching it into a lo
 with backoff for ``verify_retry_s``; if it persists the task gets a typed, retryable ``unavailable`` error (no
 verdict, no reward) so the durable intake releases it and a later delivery verifies it from its checkpoint without
 repeating any worker call. A deterministic failure (a reference the verifier rejects) stays a verdict of its own.
+
+A reply is believed only if it answers the batch asked: one verdict per item, in order, each with its item's id.
+Anything else (a reply misrouted, or forged by another client on the bus: a ``correct`` for a wrong answer earned
+1.0 before) is a retryable ``verifier_error`` and is asked again like any transient failure; it is never credited.
 """
 
 from __future__ import annotations
@@ -37,6 +41,21 @@ def transient_failure(result: VerifyBatchResult) -> ErrorInfo | None:
     return None
 
 
+def unmatched(batch: VerifyBatch, result: VerifyBatchResult) -> ErrorInfo | None:
+    """Why ``result`` does not answer ``batch`` (a batch-level error answers any batch)."""
+    if result.error is not None:
+        return None
+    asked, got = [item.id for item in batch.items], [v.id for v in result.verdicts]
+    if got == asked:
+        return None
+    return ErrorInfo(
+        code=ErrorCode.VERIFIER_ERROR,
+        message=f"the verifier's reply does not match the request: {len(got)} verdict(s) for {len(asked)} item(s)"
+        + ("" if len(got) != len(asked) else ", for other ids"),
+        retryable=True,
+    )
+
+
 def still_unverified(last: ErrorInfo, tries: int) -> ErrorInfo:
     return ErrorInfo(
         code=ErrorCode.UNAVAILABLE,
@@ -56,7 +75,7 @@ async def verify(
     while True:
         result = await transport.verify(batch, timeout=timeout)
         tries += 1
-        error = transient_failure(result)
+        error = unmatched(batch, result) or transient_failure(result)
         if error is None:
             return result
         left = remaining_s(current_deadline())
