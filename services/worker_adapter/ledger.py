@@ -154,7 +154,7 @@ class CallLedger:
             if reply is not None and reply.error is None:
                 self._stats.replays += 1
                 self._stats.joined += 1
-                return msgspec.structs.replace(reply, replayed=True)
+                return msgspec.structs.replace(reply, replayed=True, worker=req.worker)
             # the other request failed or was cancelled: this one is a retry, so it runs (below or after a wait)
         future: asyncio.Future[WorkReply | None] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
@@ -176,7 +176,9 @@ class CallLedger:
             case Replay(reply=reply, waited=waited):
                 self._stats.replays += 1
                 self._stats.joined += int(waited)
-                return msgspec.structs.replace(reply, replayed=True)
+                # The digest leaves the pool entry's name out (two entries with one provider, model and parameters
+                # make the same call): the reply is this request's, in its worker's name, which the executor checks.
+                return msgspec.structs.replace(reply, replayed=True, worker=worker)
             case Bypass(reason=reason):
                 log.warning("calling without the ledger", key=key, reason=reason)
                 return await compute()

@@ -251,6 +251,18 @@ async def test_the_same_key_for_a_different_call_is_not_replayed(nats_url, subje
         assert not other.replayed and other.text == "answer #2"
 
 
+async def test_a_replay_for_a_twin_pool_entry_comes_in_the_asking_workers_name(nats_url, subject_prefix):
+    """Two pool entries with one provider, model and parameters make the same call (the digest leaves names out):
+    a re-planned step that moved to the twin is replayed, but in the twin's name, which the executor checks."""
+    provider = Counting()
+    twin = {"provider": "openai", "model": "m", "max_retries": 2, "price_in_per_mtok": 1.0}
+    pool = Pool(workers=[WorkerSpec(name="w", **twin), WorkerSpec(name="w-twin", **twin)])  # type: ignore[arg-type]
+    async with replicas(nats_url, subject_prefix, provider, pool) as (a, b):
+        first = await a.adapter.call(_req(task_id="t-twin"))
+        again = await b.adapter.call(_req(task_id="t-twin", worker="w-twin"))
+        assert first.worker == "w" and again.replayed and again.worker == "w-twin" and provider.calls == 1
+
+
 async def test_cache_hits_are_identical_free_and_counted(nats_url, subject_prefix):
     provider = Counting()
     async with replicas(nats_url, subject_prefix, provider, _pool(price_out_per_mtok=2.0)) as (a, b):
