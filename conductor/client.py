@@ -1,4 +1,5 @@
-"""A small client for the public solve API: plain nats-py, JSON in and out, live progress events.
+"""A small client for the public solve API: plain nats-py, JSON in and out, live progress events; and the learner's
+side of the rollout API (``rollout``, ``rollout_all``).
 
 Any NATS client in any language can do the same: send a JSON ``SolveRequest`` to ``conductor.solve`` and read the
 JSON ``SolveResult`` reply; subscribe to ``conductor.progress.<task_id>`` first to watch the steps.
@@ -6,18 +7,31 @@ JSON ``SolveResult`` reply; subscribe to ``conductor.progress.<task_id>`` first 
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import msgspec
 import nats
 import nats.errors
 
 from conductor import tracing
-from conductor.liveness import request_headers
+from conductor.access import CLIENT
+from conductor.credentials import connection
+from conductor.endpoints import Requester
+from conductor.liveness import CallPolicy, request_headers
 from conductor.settings import CommonSettings
 from conductor.wire import encode
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.rollout import (
+    MAX_ROLLOUTS_PER_BATCH,
+    ROLLOUT,
+    Rollout,
+    RolloutBatch,
+    RolloutBatchResult,
+    RolloutResult,
+)
 from schemas.solve import SOLVE, ProgressEvent, SolveRequest, SolveResult, progress_subject
 from schemas.tasks import Names
 
@@ -34,17 +48,21 @@ class ResultNotReadyError(LookupError):
 
 
 class ConductorClient:
-    """``async with ConductorClient(settings)`` connects and drains its own connection; with ``nc`` (a process that
-    already holds a connection, e.g. the gateway) it borrows that one and never closes it."""
+    """``async with ConductorClient(settings)`` connects and drains its own connection, as the NATS user ``role``
+    (``client``; the learner passes ``learner``) unless ``NATS_URL`` names one (conductor/credentials.py); with
+    ``nc`` (a process that already holds a connection, e.g. the gateway) it borrows that one and never closes it."""
 
-    def __init__(self, settings: CommonSettings, *, nc: nats.NATS | None = None) -> None:
+    def __init__(self, settings: CommonSettings, *, nc: nats.NATS | None = None, role: str = CLIENT) -> None:
         self.settings = settings
         self._nc = nc
         self._owned = nc is None
+        self._role = role
+        self._requester: Requester | None = None
 
     async def __aenter__(self) -> ConductorClient:
         if self._owned:
-            self._nc = await nats.connect(self.settings.nats_url, name="conductor-client")
+            conn = connection(self.settings, self._role)
+            self._nc = await nats.connect(conn.url, name=f"conductor-{self._role}", inbox_prefix=conn.inbox_prefix)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -83,6 +101,30 @@ class ConductorClient:
                 await sub.unsubscribe()
         return _result_dec.decode(reply.data)
 
+    async def rollout(
+        self, batch: RolloutBatch, *, timeout: float = 600.0, policy: CallPolicy | None = None
+    ) -> RolloutBatchResult:
+        """Score a batch on one executor replica (``conductor.rollout``, queue group ``executor``). Never raises for
+        an executor that does not answer: the reply is then the typed, retryable ``unavailable`` error. Liveness
+        beats notice a replica that dies mid-batch within seconds and send the batch again (rollouts are not
+        durable, so its work is redone); the deadline travels with the batch, so one abandoned here stops there."""
+        assert self._nc is not None, "use `async with ConductorClient(...)`"
+        if self._requester is None:
+            self._requester = Requester(self._nc)
+        prefix = self.settings.subject_prefix
+        return await self._requester.call(ROLLOUT, batch, prefix=prefix, timeout=timeout, policy=policy or CallPolicy())
+
+    async def rollout_all(
+        self, rollouts: Sequence[Rollout], *, batch_size: int = 8, timeout: float = 600.0
+    ) -> list[RolloutResult]:
+        """Score many rollouts (a GRPO group, or a step's worth) as batches of ``batch_size`` sent at once, so they
+        fan out over the executor replicas (the queue group hands each batch to one); results in the given order.
+        A batch answered with an error gives each of its rollouts that error and no reward (masked in training)."""
+        size = max(1, min(batch_size, MAX_ROLLOUTS_PER_BATCH))
+        chunks = [list(rollouts[i : i + size]) for i in range(0, len(rollouts), size)]
+        replies = await asyncio.gather(*(self.rollout(RolloutBatch(rollouts=c), timeout=timeout) for c in chunks))
+        return [result for chunk, reply in zip(chunks, replies, strict=True) for result in _results(chunk, reply)]
+
     async def submit(self, req: SolveRequest) -> str:
         """Durable intake: publish to the JetStream task queue, deduplicated by task id. Returns the task id."""
         assert self._nc is not None, "use `async with ConductorClient(...)`"
@@ -96,8 +138,6 @@ class ConductorClient:
     async def result(self, task_id: str, *, wait: float = 0.0) -> SolveResult:
         """The stored result of a durable task; with ``wait`` > 0, watch for it up to that many seconds."""
         assert self._nc is not None, "use `async with ConductorClient(...)`"
-        import asyncio
-
         import nats.js.errors as js_errors
 
         names = Names.for_prefix(self.settings.subject_prefix)
@@ -118,3 +158,13 @@ class ConductorClient:
             if remaining <= 0:
                 raise ResultNotReadyError(f"no result for task {task_id} yet")
             await asyncio.sleep(min(0.05, remaining))
+
+
+def _results(chunk: list[Rollout], reply: RolloutBatchResult) -> list[RolloutResult]:
+    """One result per rollout sent: the batch's own, or its error on each (ids and versions kept)."""
+    if reply.error is None and len(reply.results) == len(chunk):
+        return list(reply.results)
+    error = reply.error or ErrorInfo(
+        code=ErrorCode.INTERNAL, message=f"{len(reply.results)} results for a batch of {len(chunk)}"
+    )
+    return [RolloutResult(id=r.id, error=error, policy_version=r.policy_version) for r in chunk]

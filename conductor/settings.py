@@ -281,7 +281,18 @@ MAX_STEPS_CAP = Env(
 class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
     """What every service reads."""
 
-    nats_url: Annotated[str, Env("NATS_URL", "The NATS server to connect to.")] = DEFAULT_NATS_URL
+    nats_url: Annotated[
+        str, Env("NATS_URL", "The NATS server to connect to; a user in it (`nats://user:password@host`) is used as is.")
+    ] = DEFAULT_NATS_URL
+    nats_credentials: Annotated[
+        Path | None,
+        Env(
+            "CONDUCTOR_NATS_CREDENTIALS",
+            "A file (mode 0600) of `NATS_PASSWORD_<USER>=...` lines: each service connects as its own NATS user, "
+            "clients as `client` (conductor/credentials.py). The embedded nats-server writes one per run; "
+            "ignored when NATS_URL names a user.",
+        ),
+    ] = None
     log_level: Annotated[
         str, msgspec.Meta(pattern="^(?i:debug|info|warning|error|critical)$"), Env("CONDUCTOR_LOG_LEVEL", "Log level.")
     ] = "INFO"

@@ -33,7 +33,8 @@ _PROFILE = {
     "required": ["type"],
     "additionalProperties": False,
 }
-_SUBJECTS = {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": r"^[^\s]+$"}}
+# May be empty: a verifier publishes nothing but replies (allow_responses), a learner subscribes to its inbox only.
+_SUBJECTS = {"type": "array", "items": {"type": "string", "pattern": r"^[^\s]+$"}}
 # Keys (by name, anywhere) and paths with a constraint beyond the default's type.
 BY_NAME: dict[str, dict[str, Any]] = {
     "pullPolicy": _PULL,
@@ -47,6 +48,8 @@ BY_NAME: dict[str, dict[str, Any]] = {
     "publish": _SUBJECTS,
     "subscribe": _SUBJECTS,
     "user": {"type": "string", "pattern": r"^[a-z][a-z0-9-]*$"},
+    "max": {"type": "integer", "minimum": 1},  # nats.responses (allow_responses)
+    "expires": {"type": "string", "pattern": r"^[0-9]+(ms|s|m|h)$"},
     "size": _QUANTITY,
     "storageSize": _QUANTITY,
     "maxMemory": _QUANTITY,

@@ -30,6 +30,11 @@ CHECKPOINTS_BUCKET = "CONDUCTOR_CHECKPOINTS"
 DEAD_STREAM = "CONDUCTOR_DEAD"
 DEAD_SUBJECT_PREFIX = "conductor.dead"
 GATEWAY_QUOTA_BUCKET = "CONDUCTOR_GATEWAY_QUOTA"  # per-key rate and spend records of the HTTP gateway
+INTAKE_CONSUMER = "executor"  # the executors' durable pull consumer on the tasks stream (lag: `conductor status`)
+CALLS_BUCKET = "CONDUCTOR_CALLS"  # the worker-adapter's call ledger: idempotency records by (task, round, step)
+CACHE_BUCKET = "CONDUCTOR_CACHE"  # the worker-adapter's content-addressed worker-call cache
+LIMITS_BUCKET = "CONDUCTOR_LIMITS"  # the worker-adapter's back-pressure record per worker (cooldowns, slots)
+POLICIES_BUCKET = "CONDUCTOR_POLICIES"  # the learner's Object Store of policy versions (issue 12)
 
 
 def result_subject(task_id: str) -> str:
@@ -102,6 +107,10 @@ class Names(msgspec.Struct, frozen=True, kw_only=True):
     dead_stream: str
     dead_prefix: str
     gateway_quota_bucket: str = GATEWAY_QUOTA_BUCKET
+    calls_bucket: str = CALLS_BUCKET
+    cache_bucket: str = CACHE_BUCKET
+    limits_bucket: str = LIMITS_BUCKET
+    policies_bucket: str = POLICIES_BUCKET
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Names:
@@ -117,6 +126,10 @@ class Names(msgspec.Struct, frozen=True, kw_only=True):
             dead_stream=DEAD_STREAM + suffix,
             dead_prefix=prefix + DEAD_SUBJECT_PREFIX,
             gateway_quota_bucket=GATEWAY_QUOTA_BUCKET + suffix,
+            calls_bucket=CALLS_BUCKET + suffix,
+            cache_bucket=CACHE_BUCKET + suffix,
+            limits_bucket=LIMITS_BUCKET + suffix,
+            policies_bucket=POLICIES_BUCKET + suffix,
         )
 
     def result_subject(self, task_id: str) -> str:

@@ -8,11 +8,11 @@ import nats
 import nats.js.errors
 from rich.table import Table
 
+from conductor.access import CLIENT
+from conductor.credentials import CredentialsError, connection, redacted
 from conductor.kube import WorkloadState
 from conductor.settings import CommonSettings
-from schemas.tasks import Names
-
-INTAKE_CONSUMER = "executor"  # the executor's durable consumer on the tasks stream (services/executor/app.py)
+from schemas.tasks import INTAKE_CONSUMER, Names
 
 
 class IntakeLag(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,9 +50,12 @@ async def intake_lag(nc: nats.NATS, prefix: str = "") -> IntakeLag:
 async def read_lag(settings: CommonSettings) -> tuple[IntakeLag | None, str | None]:
     """(lag, None), or (None, why not): status still reports the cluster when NATS is out of reach."""
     try:
-        nc = await nats.connect(settings.nats_url, connect_timeout=3, max_reconnect_attempts=0)
-    except (OSError, nats.errors.Error) as exc:
-        return None, f"NATS at {settings.nats_url}: {exc!r}"
+        conn = connection(settings, CLIENT)
+        nc = await nats.connect(
+            conn.url, inbox_prefix=conn.inbox_prefix, connect_timeout=3, max_reconnect_attempts=0
+        )
+    except (OSError, nats.errors.Error, CredentialsError) as exc:
+        return None, f"NATS at {redacted(settings.nats_url)}: {exc!r}"
     try:
         return await intake_lag(nc, settings.subject_prefix), None
     except (LookupError, nats.errors.Error) as exc:

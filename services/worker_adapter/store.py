@@ -17,11 +17,7 @@ import structlog
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from schemas.tasks import RESULTS_BUCKET, Names
-
-CALLS_BUCKET = "CONDUCTOR_CALLS"
-CACHE_BUCKET = "CONDUCTOR_CACHE"
-LIMITS_BUCKET = "CONDUCTOR_LIMITS"
+from schemas.tasks import Names
 
 log = structlog.get_logger("conductor.worker_adapter")
 
@@ -36,9 +32,10 @@ class Buckets(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Buckets:
-        """Suffixes derived exactly as the executor derives its own, so one prefix maps to one tenant everywhere."""
-        suffix = Names.for_prefix(prefix).results_bucket.removeprefix(RESULTS_BUCKET)
-        return cls(calls=CALLS_BUCKET + suffix, cache=CACHE_BUCKET + suffix, limits=LIMITS_BUCKET + suffix)
+        """Names derived exactly as the executor derives its own (``Names``, where the bus permissions of
+        conductor/access.py read them too), so one prefix maps to one tenant everywhere."""
+        names = Names.for_prefix(prefix)
+        return cls(calls=names.calls_bucket, cache=names.cache_bucket, limits=names.limits_bucket)
 
 
 def kv_token(text: str) -> str:

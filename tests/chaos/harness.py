@@ -127,9 +127,10 @@ async def _count_results(js, names: Names) -> dict[str, SolveResult]:
     return out
 
 
-async def _results_so_far(url: str, names: Names) -> int:
+async def _results_so_far(url: str, names: Names, **options: object) -> int:
+    """``options`` go to ``nats.connect`` (a secured server's user connects with its own ``inbox_prefix``)."""
     try:
-        nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0)
+        nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0, **options)  # type: ignore[arg-type]
     except Exception:  # the server may be restarting; progress is polled again
         return -1
     try:

@@ -16,6 +16,7 @@ paid calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import subprocess
@@ -26,13 +27,15 @@ from pathlib import Path
 
 import msgspec
 import nats
+import nats.js.errors
+from nats.js import JetStreamContext
 
 from conductor.client import ConductorClient, SolveTimeoutError
 from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
-from schemas.solve import SolveRequest
-from schemas.tasks import Names
-from tests.chaos.harness import ROOT, Service, _count_results, _results_so_far
+from schemas.solve import SolveRequest, SolveResult
+from schemas.tasks import INTAKE_CONSUMER, Names
+from tests.chaos.harness import ROOT, Service, _results_so_far
 
 KINDS = ("planner", "worker-adapter", "verifier", "executor")
 
@@ -108,7 +111,8 @@ class Fleet:
     def __init__(self, tmp: Path, *, replicas: dict[str, int], latency_s: float, fault_rate: float,
                  concurrency: int, env: dict[str, str]) -> None:  # fmt: skip
         self.tmp = tmp
-        self.nats = NatsServer(port=free_port(), store_dir=tmp / "jetstream")
+        # As `serve all` runs it: a NATS user per service kind, each with only its role's permissions.
+        self.nats = NatsServer.secured(port=free_port(), store_dir=tmp / "jetstream")
         self.fault_port = free_port()
         self._fault_args = [str(self.fault_port), str(fault_rate), "11", str(latency_s)]
         self.faults: subprocess.Popen[bytes] | None = None
@@ -124,7 +128,7 @@ class Fleet:
         )
         assert self.faults.stdout is not None and self.faults.stdout.readline().strip() == b"ready"
         env = {
-            "NATS_URL": self.nats.url,
+            **self.nats.env(),  # NATS_URL and the credentials file: each process connects as its own kind
             "CONDUCTOR_POOL": str(pool_file(self.tmp, self.fault_port, concurrency=self.concurrency)),
             "CONDUCTOR_LOG_LEVEL": "WARNING",
             "CONDUCTOR_METRICS_PORT": "off",
@@ -148,6 +152,19 @@ class Fleet:
             self.faults.wait()
         self.nats.stop()
 
+    @property
+    def settings(self) -> CommonSettings:
+        """What a client of the fleet connects with (as the user ``client``)."""
+        return CommonSettings.from_env(self.nats.env())
+
+    def url_for(self, user: str) -> str:
+        assert self.nats.passwords is not None
+        return f"nats://{user}:{self.nats.passwords[user]}@127.0.0.1:{self.nats.port}"
+
+    async def connect(self, user: str, **options: object) -> nats.NATS:
+        """A plain connection as ``user``, on its own inbox prefix (the only one it may subscribe to)."""
+        return await nats.connect(self.url_for(user), inbox_prefix=f"_INBOX.{user}", **options)  # type: ignore[arg-type]
+
     def provider_stats(self) -> dict[str, object]:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.fault_port}/stats", timeout=5) as resp:
             return json.loads(resp.read())
@@ -156,8 +173,8 @@ class Fleet:
 class Progress:
     """Results stored so far, sampled every ``period`` seconds: (monotonic time, count)."""
 
-    def __init__(self, url: str, names: Names, period: float = 0.25) -> None:
-        self.url, self.names, self.period = url, names, period
+    def __init__(self, fleet: Fleet, names: Names, period: float = 0.25) -> None:
+        self.fleet, self.names, self.period = fleet, names, period
         self.samples: list[tuple[float, int]] = [(time.monotonic(), 0)]
         self.max_taken = 0
 
@@ -167,7 +184,8 @@ class Progress:
 
     async def run(self) -> None:
         while True:
-            count = await _results_so_far(self.url, self.names)
+            url = self.fleet.url_for("client")
+            count = await _results_so_far(url, self.names, inbox_prefix="_INBOX.client")
             if count >= 0:
                 self.samples.append((time.monotonic(), count))
             self.max_taken = max(self.max_taken, await self._taken())
@@ -175,11 +193,11 @@ class Progress:
 
     async def _taken(self) -> int:
         try:
-            nc = await nats.connect(self.url, connect_timeout=1, max_reconnect_attempts=0)
+            nc = await self.fleet.connect("client", connect_timeout=1, max_reconnect_attempts=0)
         except Exception:  # restarting: sampled again next period
             return 0
         try:
-            info = await nc.jetstream().consumer_info(self.names.tasks_stream, "executor")
+            info = await nc.jetstream().consumer_info(self.names.tasks_stream, INTAKE_CONSUMER)
             return int(info.num_ack_pending)
         except nats.errors.Error:
             return 0
@@ -223,10 +241,10 @@ async def run_kills(
     ]
     started = time.monotonic()
     fleet.start()
-    progress = Progress(fleet.nats.url, names)
+    progress = Progress(fleet, names)
     sampler = asyncio.create_task(progress.run())
     try:
-        async with ConductorClient(CommonSettings(nats_url=fleet.nats.url)) as client:
+        async with ConductorClient(fleet.settings) as client:
             for i in range(tasks):
                 await client.submit(SolveRequest(question=f"Task {i}: what is {i} + {i}?", task_id=f"task-{i}",
                                                  policy="refine:2", reference=str(2 * i)))  # fmt: skip
@@ -271,11 +289,24 @@ async def _outage(fleet: Fleet, outage: Outage, rng: random.Random, progress: Pr
     outage.done_at_ready = progress.done
 
 
+async def stored_results(js: JetStreamContext, names: Names, tasks: int) -> dict[str, SolveResult]:
+    """The stored result of every task submitted (``task-<i>``), read key by key: listing the bucket's keys would
+    need a consumer on it, which no user but its writer may create."""
+    kv = await js.key_value(names.results_bucket)
+    out = {}
+    for i in range(tasks):
+        with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+            entry = await kv.get(f"task-{i}")
+            if entry.value:
+                out[f"task-{i}"] = msgspec.json.decode(entry.value, type=SolveResult)
+    return out
+
+
 async def _audit(fleet: Fleet, names: Names, report: KillReport) -> None:
-    nc = await nats.connect(fleet.nats.url)
+    nc = await fleet.connect("executor")  # the stream counts are the executor's to read
     try:
         js = nc.jetstream()
-        results = await _count_results(js, names)
+        results = await stored_results(js, names, report.tasks)
         report.result_events_published = int((await js.stream_info(names.result_events_stream)).state.last_seq)
         report.dead_letters = int((await js.stream_info(names.dead_stream)).state.messages)
     finally:
@@ -308,7 +339,7 @@ async def run_overload(
     report = OverloadReport(solves=solves, client_timeout_s=client_timeout_s)
     fleet.start()
     try:
-        async with ConductorClient(CommonSettings(nats_url=fleet.nats.url)) as client:
+        async with ConductorClient(fleet.settings) as client:
             deadline = time.time() + client_timeout_s
 
             async def one(i: int) -> bool:

@@ -17,6 +17,7 @@ import random
 
 import pytest
 
+from tests.chaos.forgeries import run_forgeries
 from tests.chaos.kills import KINDS, KillReport, run_kills, run_overload, unexcused_reexecutions
 
 RECOVERY_S = 30.0
@@ -81,3 +82,18 @@ async def test_overload_abandoned_solves_stop_paying(tmp_path):
     assert report.timed_out > 0, report  # the load really was beyond the pool
     assert report.calls_after_deadline_window == 0, report
     assert report.last_call_after_deadline_s <= 0.5, report
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(600)
+async def test_forged_messages_during_a_durable_run_change_nothing(tmp_path):
+    """A rogue client (logged in as `client`) tries every forgery of issue 8 item 6 throughout a durable run on the
+    secured server: each is refused, and every task gets its genuine result and event exactly once."""
+    report = await run_forgeries(tmp_path, tasks=300, timeout_s=300)
+    print(report)
+    assert report.results == report.tasks and report.result_events_published == report.tasks, report
+    assert report.forged_results == 0 and report.stray_keys == 0 and report.rogue_received == 0, report
+    assert report.dead_letters == 0, report
+    assert report.refused == report.attempts, report  # each one refused by the server, none lost on the way
+    # Rewards and verdicts are the verifier's for the provider's answers (never equal to the references).
+    assert "1.0" not in report.rewards and len(report.rewards) == 1 and "correct" not in report.verdicts, report

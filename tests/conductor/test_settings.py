@@ -35,6 +35,7 @@ DEMO_POOL = str(Path(conductor.data.__file__).parent / "demo_pool.toml")
 
 EXAMPLES = {
     "NATS_URL": "nats://nats.example:4222",
+    "CONDUCTOR_NATS_CREDENTIALS": "/run/conductor/nats-credentials",
     "CONDUCTOR_LOG_LEVEL": "debug",
     "CONDUCTOR_SUBJECT_PREFIX": "tenant.",
     "CONDUCTOR_POOL": DEMO_POOL,

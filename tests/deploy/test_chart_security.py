@@ -3,17 +3,22 @@ probes on the real health endpoints, disruption budgets, GPU placement, secrets,
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+import yaml
 
+from conductor.access import RESPONSE_WINDOW_S, chart_values
+from conductor.liveness import MIN_BEAT_S
 from conductor.probes import ProbeServer
 from schemas.plan import PLAN_SUBJECT
+from schemas.rollout import ROLLOUT_SUBJECT
 from schemas.solve import PROGRESS_SUBJECT_PREFIX, SOLVE_SUBJECT
 from schemas.tasks import DEAD_SUBJECT_PREFIX, RESULT_SUBJECT_PREFIX, SUBMIT_SUBJECT
 from schemas.verify import VERIFY_SUBJECT
 from schemas.work import WORK_SUBJECT
-from tests.deploy.chart import CASES, named, objects, pod_specs, render, rendered
+from tests.deploy.chart import CASES, CHART_DIR, named, objects, pod_specs, render, rendered
 
 SERVICES = ["planner", "executor", "worker-adapter", "verifier"]
 VERIFIER_EXCEPTIONS = {
@@ -239,16 +244,44 @@ def test_helm_test_solves_through_the_services_as_the_client_user():
 def test_service_permissions_follow_the_subjects_in_schemas():
     auth = named(rendered("default"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
     users = _parse_users(auth)
-    assert users["planner"]["subscribe"] == [PLAN_SUBJECT, "_INBOX.>"]
-    assert users["worker-adapter"]["subscribe"] == [WORK_SUBJECT, "_INBOX.>"]
-    assert users["verifier"] == {"publish": ["_INBOX.>"], "subscribe": [VERIFY_SUBJECT, "_INBOX.>"]}
-    assert users["executor"]["subscribe"] == [SOLVE_SUBJECT, "_INBOX.>"]
+    assert users["planner"]["subscribe"] == [PLAN_SUBJECT, "_INBOX.planner.>"]
+    assert users["worker-adapter"]["subscribe"] == [WORK_SUBJECT, "_INBOX.worker-adapter.>"]
+    assert users["verifier"] == {"publish": [], "subscribe": [VERIFY_SUBJECT, "_INBOX.verifier.>"]}
+    assert users["executor"]["subscribe"] == [SOLVE_SUBJECT, ROLLOUT_SUBJECT, "_INBOX.executor.>"]
     wanted = {PLAN_SUBJECT, WORK_SUBJECT, VERIFY_SUBJECT, f"{PROGRESS_SUBJECT_PREFIX}.>",
               f"{RESULT_SUBJECT_PREFIX}.>", f"{DEAD_SUBJECT_PREFIX}.>"}
     assert wanted <= set(users["executor"]["publish"])
     assert SUBMIT_SUBJECT in users["client"]["publish"] and SOLVE_SUBJECT in users["client"]["publish"]
-    for name, perms in users.items():  # no user may publish or subscribe to everything
+    for name, perms in users.items():  # nobody may publish or subscribe to everything, or to every inbox
         assert ">" not in perms["publish"] + perms["subscribe"], name
+        assert not any(s.startswith("_INBOX.") for s in perms["publish"]), name  # replies: allow_responses only
+        assert [s for s in perms["subscribe"] if s.startswith("_INBOX")] == [f"_INBOX.{name}.>"], name
+
+
+def test_chart_permissions_are_the_ones_conductor_access_declares():
+    """values.yaml's nats blocks are generated from conductor/access.py (infra/chart_permissions.py): what the
+    chart ships is what the embedded server of `demo`/`serve all` enforces and the tests exercise."""
+    import importlib.util
+
+    script = CHART_DIR.parents[1] / "infra" / "chart_permissions.py"
+    spec = importlib.util.spec_from_file_location("chart_permissions", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (CHART_DIR / "values.yaml").read_text(encoding="utf-8")
+    assert text == module.render(text), "stale: run infra/chart_permissions.py, then infra/chart_schema.py"
+    values = yaml.safe_load(text)
+    for block, entry in chart_values().items():
+        got = values["auth"]["users"]["client"] if block == "auth.users.client" else values[block]["nats"]
+        assert got == entry, block
+
+
+def test_responders_answer_through_allow_responses_long_enough_for_beats():
+    auth = named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
+    responses = dict(re.findall(r'user: "([^"]+)"[^}]*?\}[^}]*?\}\s*allow_responses: \{ max: (\d+)', auth, re.S))
+    assert set(responses) == {"planner", "executor", "worker-adapter", "verifier"}, responses
+    for user, most in responses.items():
+        window = RESPONSE_WINDOW_S[user]
+        assert int(most) >= window / MIN_BEAT_S and f'expires: "{window}s"' in auth, user
 
 
 def _parse_users(conf: str) -> dict[str, dict[str, list[str]]]:

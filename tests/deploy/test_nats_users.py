@@ -22,6 +22,7 @@ from conductor.client import ConductorClient
 from conductor.endpoints import Endpoint, EndpointServer, Requester
 from conductor.natsserver import find_binary, free_port, reachable
 from conductor.settings import CommonSettings
+from schemas.rollout import Rollout, RolloutBatch
 from schemas.solve import SolveRequest
 from tests.deploy.chart import named, render
 
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.nats
 
 QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled sim dataset (answer 2)
 SERVICES = ["executor", "planner", "worker-adapter", "verifier", "gateway"]  # each connects as the user of its name
-VALUES = {"gateway": {"enabled": True}}
+VALUES = {"gateway": {"enabled": True}, "learner": {"enabled": True}}  # the learner's user, not its pod, is used
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,17 @@ async def test_solve_and_durable_task_as_per_service_users(chart_nats, services)
     assert "Violation" not in chart_nats.log.read_text()
 
 
+async def test_the_learner_scores_rollouts_through_the_executors_as_its_own_user(chart_nats, services):
+    """The learner may request ``conductor.rollout`` and the executors may serve it (issue 12, item 1)."""
+    before = chart_nats.log.read_text()
+    completion = 'model_id = [0]\nsubtasks = ["Solve it and box the final answer."]\naccess_list = [[]]'
+    rollout = Rollout(id="r", question=QUESTION, pool=["sim-math"], completion=completion, reference="2", domain="math")
+    async with ConductorClient(CommonSettings.from_env({"NATS_URL": chart_nats("learner")})) as learner:
+        reply = await learner.rollout(RolloutBatch(rollouts=[rollout]), timeout=60)
+    assert reply.error is None and reply.results[0].parsed and reply.results[0].reward in {0.5, 1.0}, reply
+    assert "Violation" not in chart_nats.log.read_text()[len(before) :]
+
+
 GATEWAY_PORT = free_port()
 
 
@@ -110,14 +122,14 @@ def _chat(question: str) -> dict:
 
 
 async def test_a_slow_responder_beats_through_its_permissions(chart_nats):
-    """Liveness beats are several messages to one reply inbox: a responder's user must be allowed them all
-    (allow_responses alone admits one), or a long call dies of a "lost" responder that was only slow."""
+    """Liveness beats are several messages to one reply inbox: a responder's allow_responses must admit them all
+    (its default admits one), or a long call dies of a "lost" responder that was only slow."""
     async def slow(body: bytes) -> bytes:
         await asyncio.sleep(1.0)
         return body
 
-    planner = await nats.connect(chart_nats("planner"))
-    executor = await nats.connect(chart_nats("executor"))
+    planner = await nats.connect(chart_nats("planner"), inbox_prefix="_INBOX.planner")
+    executor = await nats.connect(chart_nats("executor"), inbox_prefix="_INBOX.executor")  # its only inbox
     server = EndpointServer(planner, [Endpoint("conductor.plan", queue="planner", title="plan", handler=slow,
                                                on_error=lambda info: b"")], concurrency=4, drain_timeout_s=1)
     try:
@@ -147,12 +159,18 @@ async def test_a_slow_responder_beats_through_its_permissions(chart_nats):
     [
         ("verifier", "subscribe", "conductor.work"),  # no service may read another's traffic
         ("verifier", "publish", "conductor.solve"),  # the verifier can only answer
-        ("planner", "publish", "conductor.work"),
+        ("planner", "publish", "conductor.verify"),  # it asks for worker calls (the worker: policy), never verdicts
+        ("client", "subscribe", "_INBOX.>"),  # nobody watches another user's replies or beats
+        ("verifier", "subscribe", "_INBOX.executor.>"),
+        ("verifier", "publish", "_INBOX.executor.x"),  # replies only to what it was sent (allow_responses)
         ("worker-adapter", "subscribe", "conductor.solve"),
         ("client", "subscribe", "conductor.plan"),
         ("client", "publish", "$JS.API.STREAM.DELETE.CONDUCTOR_TASKS"),
         ("gateway", "subscribe", "conductor.work"),
         ("gateway", "publish", "$KV.CONDUCTOR_RESULTS.forged"),  # it reads results, never writes them
+        ("learner", "subscribe", "conductor.rollout"),  # it requests rollouts; only executors serve them
+        ("learner", "publish", "conductor.solve"),
+        ("client", "publish", "conductor.rollout"),
     ],
 )
 async def test_a_user_outside_its_permissions_is_refused(chart_nats, user, action, subject):

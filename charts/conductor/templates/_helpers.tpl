@@ -63,7 +63,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- $users := list -}}
 {{- range $key, $svc := .Values -}}
 {{- if and (kindIs "map" $svc) (hasKey $svc "args") (hasKey $svc "nats") $svc.enabled -}}
-{{- $users = append $users (dict "user" $svc.nats.user "publish" $svc.nats.publish "subscribe" $svc.nats.subscribe) -}}
+{{- $users = append $users (dict "user" $svc.nats.user "publish" $svc.nats.publish "subscribe" $svc.nats.subscribe "responses" $svc.nats.responses) -}}
 {{- end -}}
 {{- end -}}
 {{- range $name, $u := .Values.auth.users -}}

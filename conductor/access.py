@@ -1,0 +1,302 @@
+"""Who may do what on the bus, declared once: per role, the subjects it may publish and subscribe to.
+
+Rendered two ways from this one table: the ``authorization`` block of the nats-server that ``demo``, ``serve all``
+and ``eval`` start (``authorization``), and the permission lists of the Helm chart (``chart_values``; a test keeps
+charts/conductor/values.yaml equal to it). Subjects, streams and buckets come from their declarations in
+``schemas/`` (``RequestReply``, ``Event``, ``Names``), so a renamed subject moves its permission with it.
+
+The model (issue 8, "anyone on the bus is believed"): clients submit tasks and read results; only executors write
+results, result events and checkpoints; only worker-adapters receive ``work`` and only verifiers ``verify``; only
+the worker-adapter writes its call ledger, cache and limits. Nobody subscribes to another user's inbox: each user
+connects with the inbox prefix ``_INBOX.<user>`` and may subscribe to that prefix only, so no one can watch another's
+replies or liveness beats. A responder never gets a blanket publish to ``_INBOX.>``: it answers through
+``allow_responses`` — the server lets it publish to a request's reply subject only after delivering that request
+to it, ``max`` messages within ``expires``. Liveness beats (conductor/liveness.py) are several messages to one
+reply subject, one per beat period while a call runs, so ``max`` covers the longest call at the fastest beat a
+server sends (``MIN_BEAT_S``) and ``expires`` the longest call a role serves (``RESPONSE_WINDOW_S``).
+
+Never granted: ``>``, deleting a stream or bucket, purging one the role does not own (only the learner purges, the
+old chunks of its own object store), and consumers on another role's streams.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from conductor.liveness import MIN_BEAT_S
+from schemas.contract import Event, RequestReply
+from schemas.plan import PLAN
+from schemas.rollout import ROLLOUT
+from schemas.solve import PROGRESS, SOLVE
+from schemas.tasks import INTAKE_CONSUMER, RESULTS, Names
+from schemas.verify import VERIFY
+from schemas.work import WORK
+
+CLIENT = "client"
+ROLES = ("client", "executor", "planner", "worker-adapter", "verifier", "gateway", "learner")
+"""Every NATS user of a deployment: the services by their ``serve`` names, ``client`` for `conductor solve`,
+`conductor result`, `conductor eval` and any operator's client."""
+
+RESPONSE_WINDOW_S: Mapping[str, int] = {
+    "executor": 3600,  # a solve or a rollout batch: as long as its requester waits (the CLI's default 600 s)
+    "planner": 900,  # three times the executor's default plan timeout (300 s)
+    "worker-adapter": 1800,  # twice the executor's default work timeout (900 s), provider retries included
+    "verifier": 900,  # three times the executor's default verify timeout (300 s)
+}
+"""Seconds a responder may answer a request and beat on it (``allow_responses.expires``). Wider windows cost the
+server memory: it remembers every reply subject it delivered to the role for this long. A deployment that raises a
+call timeout past its window gets a refused (late) reply, which its requester sees as that timeout."""
+
+API = "$JS.API"
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What one role may do. ``subscribe`` excludes the user's own inbox prefix (``permissions`` adds it);
+    ``window_s`` is set for roles that answer requests (``allow_responses``)."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    window_s: int | None = None
+
+    @property
+    def max_responses(self) -> int | None:
+        """The reply plus a beat every ``MIN_BEAT_S`` for the whole window."""
+        return None if self.window_s is None else math.ceil(self.window_s / MIN_BEAT_S) + 1
+
+
+def inbox_prefix(user: str) -> str:
+    """The inbox prefix a user connects with (nats-py ``inbox_prefix``): replies to it land under this only."""
+    return f"_INBOX.{user}"
+
+
+def _subject(contract: RequestReply, prefix: str) -> str:
+    return prefix + contract.subject
+
+
+def _all(event: Event, prefix: str) -> str:
+    """Every concrete subject of an event: its address up to the first parameter, then ``>`` (ids may hold dots)."""
+    return prefix + event.address.split("{", 1)[0] + ">"
+
+
+def _stream(name: str, *ops: str) -> list[str]:
+    return [f"{API}.STREAM.{op}.{name}" for op in ops]
+
+
+def _reads(stream: str) -> list[str]:
+    """Info and single-message reads (direct or through the leader) of one stream."""
+    return [*_stream(stream, "INFO", "MSG.GET"), f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>"]
+
+
+def _kv_read(bucket: str) -> list[str]:
+    return _reads(f"KV_{bucket}")
+
+
+def _kv_write(bucket: str) -> list[str]:
+    """Create (or bind to) the bucket and put, create, update and delete its keys; never purge or delete it."""
+    return [*_kv_read(bucket), *_stream(f"KV_{bucket}", "CREATE"), f"$KV.{bucket}.>"]
+
+
+def _watch(stream: str) -> list[str]:
+    """Ordered consumers (a KV watch, an object read) on one stream, delivered to the user's inbox."""
+    return [
+        f"{API}.CONSUMER.CREATE.{stream}",
+        f"{API}.CONSUMER.CREATE.{stream}.>",
+        f"{API}.CONSUMER.DELETE.{stream}.>",
+        f"{API}.CONSUMER.INFO.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    ]
+
+
+def _client(n: Names, p: str) -> Grant:
+    return Grant(
+        publish=(
+            _subject(SOLVE, p),
+            n.submit_subject,
+            *_kv_read(n.results_bucket),
+            f"{API}.CONSUMER.INFO.{n.tasks_stream}.{INTAKE_CONSUMER}",  # `conductor status`: the intake's lag
+        ),
+        subscribe=(_all(PROGRESS, p), _all(RESULTS, p)),  # result events are public: reading, never writing
+    )
+
+
+def _executor(n: Names, p: str) -> Grant:
+    tasks = n.tasks_stream
+    return Grant(
+        publish=(
+            _subject(PLAN, p),
+            _subject(WORK, p),
+            _subject(VERIFY, p),
+            _all(PROGRESS, p),
+            _all(RESULTS, p),
+            f"{n.dead_prefix}.>",
+            f"{API}.INFO",
+            *_stream(tasks, "CREATE", "UPDATE", "INFO"),
+            f"{API}.CONSUMER.DURABLE.CREATE.{tasks}.{INTAKE_CONSUMER}",
+            f"{API}.CONSUMER.CREATE.{tasks}.{INTAKE_CONSUMER}",
+            f"{API}.CONSUMER.CREATE.{tasks}.{INTAKE_CONSUMER}.>",
+            f"{API}.CONSUMER.INFO.{tasks}.{INTAKE_CONSUMER}",
+            f"{API}.CONSUMER.MSG.NEXT.{tasks}.{INTAKE_CONSUMER}",
+            f"$JS.ACK.{tasks}.>",  # acks and in-progress marks, for as long as a task runs
+            *_stream(n.result_events_stream, "CREATE", "UPDATE"),
+            *_reads(n.result_events_stream),
+            *_stream(n.dead_stream, "CREATE", "UPDATE", "INFO"),
+            *_kv_write(n.results_bucket),
+            *_kv_write(n.checkpoints_bucket),
+        ),
+        subscribe=(_subject(SOLVE, p), _subject(ROLLOUT, p)),
+        window_s=RESPONSE_WINDOW_S["executor"],
+    )
+
+
+def _planner(n: Names, p: str) -> Grant:
+    # The `worker:<name>` policy writes its workflow through the worker-adapter (planner/policies/worker.py).
+    window = RESPONSE_WINDOW_S["planner"]
+    return Grant(publish=(_subject(WORK, p),), subscribe=(_subject(PLAN, p),), window_s=window)
+
+
+def _worker_adapter(n: Names, p: str) -> Grant:
+    return Grant(
+        publish=(
+            f"{API}.INFO",
+            *_kv_write(n.calls_bucket),
+            *_kv_write(n.cache_bucket),
+            *_kv_write(n.limits_bucket),
+            *_watch(f"KV_{n.limits_bucket}"),  # every replica mirrors the limits (worker_adapter/limits.py)
+            *_watch(f"KV_{n.calls_bucket}"),  # a call another replica claimed is awaited on its key (ledger.py)
+        ),
+        subscribe=(_subject(WORK, p),),
+        window_s=RESPONSE_WINDOW_S["worker-adapter"],
+    )
+
+
+def _verifier(n: Names, p: str) -> Grant:
+    return Grant(publish=(), subscribe=(_subject(VERIFY, p),), window_s=RESPONSE_WINDOW_S["verifier"])
+
+
+def _gateway(n: Names, p: str) -> Grant:
+    """A client of the public API (services/gateway/bus.py) with its own quota bucket."""
+    return Grant(
+        publish=(
+            _subject(SOLVE, p),
+            n.submit_subject,
+            *_kv_read(n.results_bucket),
+            *_kv_write(n.gateway_quota_bucket),
+        ),
+        subscribe=(_all(PROGRESS, p), _all(RESULTS, p)),
+    )
+
+
+def _learner(n: Names, p: str) -> Grant:
+    """Rollouts in, rewards out (schemas/rollout.py); policy versions in its own Object Store."""
+    bucket, stream = n.policies_bucket, f"OBJ_{n.policies_bucket}"
+    return Grant(
+        publish=(
+            _subject(ROLLOUT, p),
+            f"{API}.INFO",
+            *_stream(stream, "CREATE", "UPDATE", "PURGE"),  # replacing an object purges its old chunks
+            *_reads(stream),
+            *_watch(stream),
+            f"$O.{bucket}.>",
+        ),
+        subscribe=(),
+    )
+
+
+_GRANTS = {
+    "client": _client,
+    "executor": _executor,
+    "planner": _planner,
+    "worker-adapter": _worker_adapter,
+    "verifier": _verifier,
+    "gateway": _gateway,
+    "learner": _learner,
+}
+
+
+def grant(role: str, prefix: str = "") -> Grant:
+    """What ``role`` may do under subject prefix ``prefix`` (tests and tenants get their own streams and buckets)."""
+    try:
+        build = _GRANTS[role]
+    except KeyError:
+        raise ValueError(f"unknown NATS role {role!r}; roles: {', '.join(ROLES)}") from None
+    return build(Names.for_prefix(prefix), prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """A user's complete permissions: its role's grant plus its own inbox."""
+
+    user: str
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    max_responses: int | None
+    window_s: int | None
+
+
+def permissions(role: str, *, user: str | None = None, prefix: str = "") -> Permissions:
+    g = grant(role, prefix)
+    user = user or role
+    return Permissions(
+        user=user,
+        publish=g.publish,
+        subscribe=(*g.subscribe, inbox_prefix(user) + ".>"),
+        max_responses=g.max_responses,
+        window_s=g.window_s,
+    )
+
+
+def authorization(passwords: Mapping[str, str], *, prefix: str = "") -> str:
+    """The nats-server ``authorization`` block: one user per role in ``passwords`` (user name = role)."""
+    roles = [role for role in ROLES if role in passwords]
+    users = [_user_block(permissions(role, prefix=prefix), passwords[role]) for role in roles]
+    return "authorization {\n  users = [\n" + "\n".join(users) + "\n  ]\n}\n"
+
+
+def _user_block(perms: Permissions, password: str) -> str:
+    lines = [
+        "    {",
+        f"      user: {json.dumps(perms.user)}",
+        f"      password: {json.dumps(password)}",
+        "      permissions: {",
+        f"        publish: {{ allow: {_list(perms.publish)} }}",
+        f"        subscribe: {{ allow: {_list(perms.subscribe)} }}",
+    ]
+    if perms.window_s is not None:
+        most, window = perms.max_responses, perms.window_s
+        lines.append(f'        allow_responses: {{ max: {most}, expires: "{window}s" }}')
+    return "\n".join([*lines, "      }", "    }"])
+
+
+def _list(subjects: Iterable[str]) -> str:
+    return "[" + ", ".join(json.dumps(s) for s in subjects) + "]"
+
+
+CHART_BLOCKS: Mapping[str, str] = {
+    "planner": "planner",
+    "executor": "executor",
+    "workerAdapter": "worker-adapter",
+    "verifier": "verifier",
+    "gateway": "gateway",
+    "learner": "learner",
+}
+"""charts/conductor/values.yaml service block -> role; the client is ``auth.users.client``."""
+
+
+def chart_values() -> dict[str, dict[str, object]]:
+    """The ``nats`` block each chart service should carry (user, publish, subscribe, responses) and, under
+    ``auth.users.client``, the client's lists: what tests/deploy compares values.yaml with. The chart appends each
+    user's inbox prefix itself (``_INBOX.<user>.>``), since the user name is a value."""
+    out: dict[str, dict[str, object]] = {}
+    for block, role in [*CHART_BLOCKS.items(), ("auth.users.client", CLIENT)]:
+        g = grant(role)
+        entry: dict[str, object] = {"publish": list(g.publish), "subscribe": list(g.subscribe)}
+        if block != "auth.users.client":
+            entry = {"user": role, **entry}
+        if g.window_s is not None:
+            entry["responses"] = {"max": g.max_responses, "expires": f"{g.window_s}s"}
+        out[block] = entry
+    return out
