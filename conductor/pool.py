@@ -78,6 +78,9 @@ class SimSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     failure_rate: Probability = 0.0  # probability of a simulated transient provider error (HTTP 500)
     seed: int = 0
     tokens_per_char: Annotated[float, Meta(gt=0)] = 0.25
+    # Draw afresh for every task id, as a real model's samples differ between runs: repeats of an eval then vary
+    # (and their standard error means something). Off: an identical request gets an identical reply in any task.
+    vary_by_task: bool = False
 
 
 class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

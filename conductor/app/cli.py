@@ -1,4 +1,4 @@
-"""The `conductor` command: demo, solve (or submit durably), result, serve, verify, asyncapi, settings."""
+"""The `conductor` command: demo, solve (or submit durably), result, eval, serve, verify, asyncapi, settings."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import TextIO
 
 import msgspec
@@ -18,6 +19,7 @@ from conductor.settings import DEFAULT_METRICS_PORT, CommonSettings, SettingsErr
 def _cmd_serve(args: argparse.Namespace) -> int:
     from conductor.app.process import ProcessSettings, loop_name, run, settle_gc
     from conductor.app.runtime import UnknownServiceError, create_services, running, service_names
+    from conductor.credentials import redacted
     from conductor.natsserver import NatsServer, reachable
     from services.gateway.keys import KeysFileError
 
@@ -34,8 +36,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     server = None
     if args.embedded_nats and not reachable(CommonSettings.from_env(env).nats_url):
-        server = NatsServer().start()
-        env["NATS_URL"] = server.url
+        prefix = CommonSettings.from_env(env).subject_prefix
+        server = NatsServer.secured(prefix=prefix).start()  # a NATS user per service (conductor/access.py)
+        env |= server.env()
     settings = CommonSettings.from_env(env)
     from conductor import tracing
 
@@ -59,11 +62,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         async with running(services, settings, name="+".join(names), strict_metrics_port=port_chosen):
             collector = settle_gc(process)
             print(
-                f"serving {', '.join(names)} on {settings.nats_url} ({loop_kind} loop, gc thresholds "
+                f"serving {', '.join(names)} on {redacted(settings.nats_url)} ({loop_kind} loop, gc thresholds "
                 f"{process.gc_thresholds or 'python'}); Ctrl-C to stop",
                 file=sys.stderr,
                 flush=True,
             )
+            if server is not None:  # how `conductor solve` (or any client) gets in: as the user `client`
+                clients = " ".join(f"{k}={v}" for k, v in server.env().items())
+                print(f"clients: {clients}", file=sys.stderr, flush=True)
             await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
             if collector is not None:
                 collector.cancel()
@@ -202,7 +208,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from conductor.app.demo import run_demo
 
-    return asyncio.run(run_demo(concurrency=args.concurrency, rounds=args.rounds, as_json=args.json))
+    report = Path(args.report) if args.report else None
+    return asyncio.run(run_demo(concurrency=args.concurrency, rounds=args.rounds, as_json=args.json, report_dir=report))
 
 
 def _cmd_settings(args: argparse.Namespace) -> int:
@@ -238,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--rounds", type=int, default=0, help="recursion rounds after the first")
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
+    p.add_argument("--report", metavar="DIR", help="write the run's report.html here (default: a new temp dir)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("solve", help="send a question to conductor.solve and show the workflow and answer")
@@ -285,13 +293,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output")
     p.set_defaults(func=_cmd_settings)
 
+    from conductor.app.evaluate import add_eval_command
+
+    add_eval_command(sub)
     from services.verifier.cli import add_verify_command
 
     add_verify_command(sub)
+    _add_learner_commands(sub)
     from services.gateway.cli import add_gateway_key_command
 
     add_gateway_key_command(sub)
     return parser
+
+
+def _add_learner_commands(sub: argparse._SubParsersAction) -> None:
+    """`conductor train` (services/learner/cli.py); argparse only, torch is imported when it runs."""
+    from services.learner.cli import add_train_command
+
+    add_train_command(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

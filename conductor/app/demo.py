@@ -1,23 +1,24 @@
 """`conductor demo`: everything on one machine — a NATS server (embedded when none is reachable), all services in
-this process on the bundled sim pool, a mixed set of 20 questions solved through the public solve API."""
+this process on the bundled sim pool, a mixed set of 20 questions solved through the public solve API; it ends by
+writing the eval report (evaluation/report) for its run and printing the path."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import tempfile
 import time
 from importlib import resources
+from pathlib import Path
 
 import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from conductor.app.render import demo_table
-from conductor.app.runtime import create_services, running, service_names
+from conductor.app.stack import local_stack
 from conductor.client import ConductorClient
-from conductor.natsserver import ensure_nats
-from conductor.settings import CommonSettings
 from schemas.solve import SolveRequest, SolveResult
 
 
@@ -48,31 +49,28 @@ async def solve_all(
     return await asyncio.gather(*(one(q) for q in questions))
 
 
-async def run_demo(*, concurrency: int = 8, rounds: int = 0, as_json: bool = False) -> int:
+async def run_demo(
+    *, concurrency: int = 8, rounds: int = 0, as_json: bool = False, report_dir: Path | None = None
+) -> int:
     console = Console(stderr=as_json)
-    base = CommonSettings.from_env()
     env = dict(os.environ)
     env.pop("CONDUCTOR_POOL", None)  # the demo always uses the bundled sim pool
-    env.setdefault("CONDUCTOR_LOG_LEVEL", "WARNING")  # the table is the output; service logs only when asked
-    with ensure_nats(base.nats_url) as url:
-        env["NATS_URL"] = url
-        settings = CommonSettings.from_env(env)
-        console.print(f"NATS at {url}{' (embedded)' if url != base.nats_url else ''}")
-        services = create_services(service_names("all"), env)
-        questions = demo_questions()
-        async with running(services, settings, name="demo"):
-            started = time.monotonic()
-            async with ConductorClient(settings) as client:
-                with Progress(
-                    TextColumn("solving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-                ) as bar:
-                    task = bar.add_task("solve", total=len(questions))
-                    results = await solve_all(
-                        client, questions, concurrency=concurrency, rounds=rounds, on_done=lambda: bar.advance(task)
-                    )
-            wall = time.monotonic() - started
+    questions = demo_questions()
+    async with local_stack(env, name="demo", mode="services") as stack:
+        console.print(f"NATS at {stack.settings.nats_url}{' (embedded)' if stack.embedded_nats else ''}")
+        started = time.monotonic()
+        async with ConductorClient(stack.settings) as client:
+            with Progress(
+                TextColumn("solving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+            ) as bar:
+                task = bar.add_task("solve", total=len(questions))
+                results = await solve_all(
+                    client, questions, concurrency=concurrency, rounds=rounds, on_done=lambda: bar.advance(task)
+                )
+        wall = time.monotonic() - started
     rows = [(q.id, q.domain, r) for q, r in zip(questions, results, strict=True)]
     summary = summarize(results, wall)
+    report = write_demo_report(report_dir, questions, results, summary)
     if as_json:
         print(json.dumps({"summary": summary, "results": [msgspec.to_builtins(r) for r in results]}))
     else:
@@ -86,6 +84,7 @@ async def run_demo(*, concurrency: int = 8, rounds: int = 0, as_json: bool = Fal
             "The sim workers are simulated LLMs (seeded, per-domain skill); the planner is a baseline policy "
             "until a trained Conductor is configured (see README)."
         )
+    console.print(f"report: {report}")
     return 0 if summary["errors"] == 0 else 1
 
 
@@ -100,3 +99,24 @@ def summarize(results: list[SolveResult], wall: float) -> dict:
         "policies": policies,
         "wall_s": wall,
     }
+
+
+def write_demo_report(
+    report_dir: Path | None, questions: list[DemoQuestion], results: list[SolveResult], summary: dict
+) -> Path:
+    """The same report ``conductor eval`` writes, for the demo's one strategy (the planner's configured policy)."""
+    from evaluation import records, table
+    from evaluation.report import write_report
+
+    out = report_dir or Path(tempfile.mkdtemp(prefix="conductor-demo-report-"))
+    out.mkdir(parents=True, exist_ok=True)
+    items = [
+        records.finished(
+            r, benchmark="demo", strategy="conductor", repeat=0, item=q.id, domain=q.domain, question=q.question
+        )
+        for q, r in zip(questions, results, strict=True)
+    ]
+    meta = {"run": "conductor demo", "pool": "bundled demo pool", "policy": ", ".join(summary["policies"]),
+            "wall": f"{summary['wall_s']:.1f}s"}  # fmt: skip
+    results_ = table.summarize(items, ["demo"], ["conductor"], meta)
+    return write_report(out, results_, items, title="Conductor demo")

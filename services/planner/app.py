@@ -9,11 +9,13 @@ import structlog
 from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
-from conductor.endpoints import serve
+from conductor.endpoints import Requester, serve
 from schemas.plan import PLAN, PlanReply, PlanRequest
+from schemas.work import WORK, WorkReply, WorkRequest
 from services.planner.config import PlannerSettings, build_policy
 from services.planner.core import Planner
-from services.planner.policy import Policy
+from services.planner.policies.worker import WorkerPolicy
+from services.planner.policy import Policy, PolicyError
 
 log = structlog.get_logger("conductor.planner")
 
@@ -27,14 +29,30 @@ class PlannerService:
     def __init__(self, settings: PlannerSettings, *, policy: Policy | None = None) -> None:
         self.settings = settings
         self._policy = policy
-        self.planner = Planner(settings, policy)
+        self.planner = Planner(settings, policy, worker_policy=self._worker_policy)
+        self._requester: Requester | None = None
         self.router = NatsRouter()
         common = settings.common
         self.endpoints = [
             serve(PLAN, self.handle_plan, prefix=common.subject_prefix, max_bytes=common.max_payload_bytes)
         ]
 
+    def _worker_policy(self, worker: str) -> WorkerPolicy:
+        """``worker:<name>``: the Conductor prompt goes to that worker through the worker-adapter."""
+        common = self.settings.common
+
+        async def call(req: WorkRequest) -> WorkReply:
+            if self._requester is None:
+                raise PolicyError("the planner is not connected to NATS yet", retryable=True)
+            return await self._requester.call(
+                WORK, req, prefix=common.subject_prefix, timeout=self.settings.timeout_s
+            )
+
+        return WorkerPolicy(worker, call)
+
     async def start(self, broker: NatsBroker) -> None:
+        if broker.connection is not None:  # None on FastStream's in-memory test broker
+            self._requester = Requester(broker.connection)
         log.info("planner ready", policy=self._policy.name if self._policy else self.settings.policy,
                  fallback=self.settings.fallback, resamples=self.settings.resamples)  # fmt: skip
 

@@ -9,12 +9,15 @@ Serving rules (the training reward treats a format failure as 0, docs/method.md 
   fallback it is a ``planner_error`` whose ``retryable`` says whether asking again may help.
 - ``PlanRequest.policy`` overrides the configured policy per request: a baseline spec (``moa``, ``single:2``,
   ``refine:3``, ``consensus:5@1``, optionally prefixed ``baseline:``), or ``conductor`` / the configured policy's
-  own name for the model policy. Anything else is ``bad_request`` naming ``policy``.
+  own name for the model policy, or ``worker:<name>``: that pool worker writes the workflow from the same prompt
+  (policies/worker.py). Anything else is ``bad_request`` naming ``policy``.
 - Recursion rounds (``previous`` non-empty) use the recursion prompt and accept three empty lists (hand back).
   Baselines, including the fallback, hand back on recursion rounds (see ``baselines``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import msgspec
 import structlog
@@ -26,6 +29,7 @@ from schemas.plan import PlanReply, PlanRequest
 from schemas.usage import Usage
 from services.planner.baselines import BaselineError, BaselineSpec, handback, parse_baseline, plan_baseline
 from services.planner.config import PlannerSettings
+from services.planner.policies.worker import WORKER_PREFIX
 from services.planner.policy import Policy, PolicyError
 
 log = structlog.get_logger("conductor.planner")
@@ -39,11 +43,18 @@ def bad_request(message: str, field: str) -> PlanReply:
 
 
 class Planner:
-    """``policy`` is the model policy (None when the configured policy is a baseline)."""
+    """``policy`` is the model policy (None when the configured policy is a baseline); ``worker_policy`` makes the
+    policy for ``worker:<name>`` (None: this planner cannot reach the workers, e.g. in pure tests)."""
 
-    def __init__(self, settings: PlannerSettings, policy: Policy | None) -> None:
+    def __init__(
+        self,
+        settings: PlannerSettings,
+        policy: Policy | None,
+        worker_policy: Callable[[str], Policy] | None = None,
+    ) -> None:
         self.settings = settings
         self.policy = policy
+        self.worker_policy = worker_policy
         self.default: BaselineSpec | None = (
             parse_baseline(settings.policy_arg)
             if policy is None and settings.policy_kind == "baseline"
@@ -84,6 +95,11 @@ class Planner:
             return self.default
         if name == MODEL_POLICY_ALIAS:
             raise BaselineError("no model policy is configured on this planner; name a baseline instead")
+        if name.startswith(WORKER_PREFIX):
+            worker = name.removeprefix(WORKER_PREFIX).strip()
+            if not worker or self.worker_policy is None:
+                raise BaselineError(f"{name!r}: name a pool worker (worker:<name>) on a planner that reaches them")
+            return self.worker_policy(worker)
         return parse_baseline(name.removeprefix("baseline:"))
 
     def _baseline(self, spec: BaselineSpec, req: PlanRequest, *, per_request: bool) -> PlanReply:
@@ -127,6 +143,8 @@ class Planner:
                 if not samples:
                     raise PolicyError("the policy returned no samples", retryable=True)
             except PolicyError as exc:
+                if exc.field is not None:  # the request named something that does not exist: no fallback
+                    return bad_request(str(exc), exc.field)
                 log.warning(
                     "policy backend failed", policy=policy.name, error=str(exc), retryable=exc.retryable
                 )

@@ -20,12 +20,17 @@ class Sample(msgspec.Struct, frozen=True, kw_only=True):
 
 class PolicyError(Exception):
     """The backend failed to produce samples (not a format error). ``retryable``: a later call may succeed
-    (connection, timeout, 429, 5xx); otherwise the configuration or request is wrong (4xx, missing model)."""
+    (connection, timeout, 429, 5xx); otherwise the configuration or request is wrong (4xx, missing model).
+    ``field``: the request field at fault (e.g. ``policy`` naming an unknown worker); the planner then answers
+    ``bad_request`` instead of falling back, since a fallback would hide the caller's mistake."""
 
-    def __init__(self, message: str, *, retryable: bool, detail: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, retryable: bool, detail: str | None = None, field: str | None = None
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.detail = detail
+        self.field = field
 
 
 class Policy(Protocol):

@@ -91,6 +91,7 @@ def call_params(spec: WorkerSpec, req: WorkRequest) -> CallParams:
         temperature=spec.temperature if req.temperature is None else req.temperature,
         timeout_s=spec.timeout_s if req.timeout_s is None else req.timeout_s,
         sample=req.round * 1000 + req.step,
+        task=req.task_id,
     )
 
 

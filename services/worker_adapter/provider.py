@@ -56,14 +56,16 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
 class CallParams(msgspec.Struct, frozen=True, kw_only=True):
     """The pool's parameters after per-request overrides, plus where this call sits.
 
-    ``sample`` identifies the step within the task (round and step) and ``attempt`` the try; real providers ignore
-    both, the simulated worker uses them to draw repeated steps and simulated failures independently.
+    ``sample`` identifies the step within the task (round and step), ``task`` the task and ``attempt`` the try;
+    real providers ignore them, the simulated worker uses them to draw repeated steps, tasks (when its pool asks,
+    ``vary_by_task``) and simulated failures independently.
     """
 
     max_tokens: int
     temperature: float
     timeout_s: float
     sample: int = 0
+    task: str = ""
     attempt: int = 1
 
 

@@ -315,3 +315,22 @@ async def test_tokens_truncation_and_latency(world):
     pool2 = Pool(workers=[spec], base_dir=pool.base_dir)
     reply = await WorkerAdapter(pool2, {"sim": sim}).call(WorkRequest(worker="always", messages=msgs))
     assert reply.latency_s >= 0.03 and reply.usage.cost_usd == 0.0
+
+
+async def test_vary_by_task_draws_afresh_per_task_at_the_same_skill(tmp_path):
+    """An eval's repeats are different tasks: with ``vary_by_task`` each is a fresh draw, the skill unchanged."""
+    records = _dataset(tmp_path, n=400)
+    pool = parse_pool(MID_ONLY.replace("seed = 2\n", "seed = 2\nvary_by_task = true\n"), base_dir=str(tmp_path))
+    sim = SimProvider(pool)
+
+    async def correct(task: str) -> list[bool]:
+        params = CallParams(max_tokens=4096, temperature=0.2, timeout_s=5.0, task=task)
+        texts = [
+            (await sim.complete(pool.get("mid"), build_messages(r["question"], SOLVE, []), params)).text
+            for r in records
+        ]
+        return [normalize(extract_answer(t) or "") == normalize(r["answer"]) for t, r in zip(texts, records, strict=True)]
+
+    first, again, other = await correct("task-a"), await correct("task-a"), await correct("task-b")
+    assert first == again and first != other
+    assert abs(sum(other) / len(other) - 0.5) < 0.08

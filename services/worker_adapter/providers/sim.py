@@ -4,7 +4,8 @@ It knows answers only from its dataset JSONL (records ``{id, domain, question, a
 request can tell it the reference. Every draw comes from ``random.Random`` seeded with SHA-256 of (pool seed, worker
 name, question, subtask, digest of the granted turns, the request's round/step) — never Python's per-process
 ``hash()`` — so an identical request always gets an identical reply, in any process, while the same worker asked
-again at another step makes a fresh (but correlated, see 4.) attempt.
+again at another step makes a fresh (but correlated, see 4.) attempt. With ``vary_by_task`` the task id joins the
+seed, so the same question in another task (an eval's next repeat) is a fresh, still correlated, attempt.
 
 How one call is answered (s = the worker's skill for the record's domain, else ``default_skill``):
 
@@ -313,6 +314,8 @@ class SimProvider:
         reading = read_conversation(messages, self.dataset(sim))
         question = reading.record.question if reading.record else ""
         call = (sim.seed, spec.name, question, reading.subtask, reading.context, params.sample)
+        if sim.vary_by_task:  # a fresh draw per task (the latent aptitude below stays per worker and question)
+            call = (*call, params.task)
         rng = _rng(*call)
         await asyncio.sleep(sim.latency_s + sim.latency_jitter_s * rng.random())
         if (

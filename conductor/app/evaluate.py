@@ -1,0 +1,230 @@
+"""`conductor eval`: benchmarks × strategies × repeats through the services, the paper's table, results and report.
+
+Like `conductor demo` (one code path, conductor/app/stack.py): with nothing reachable at ``NATS_URL`` it starts an
+embedded nats-server and every service here; with services running there, it uses them. Bad input — an unknown
+benchmark or strategy, a malformed record, a missing file, an unreachable service — is one line naming it and exit
+code 2; items already finished stay in ``DIR/items.jsonl`` and a rerun with the same ``--out`` skips them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats.errors
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from conductor.app.stack import local_stack
+from conductor.client import ConductorClient
+from conductor.natsserver import reachable
+from conductor.pool import Pool, PoolError, load_pool
+from conductor.settings import CommonSettings, SettingsError
+from evaluation import benchmarks, table
+from evaluation.datasets import DatasetError
+from evaluation.errors import EvalError, ServiceUnreachableError
+from evaluation.records import ItemResult, Key
+from evaluation.report import write_report
+from evaluation.runner import Job, Options, Runner, plan
+from evaluation.sim import SimError
+from evaluation.simanswers import run_pool
+from evaluation.strategies import parse_strategies
+
+BAD_INPUT = (EvalError, DatasetError, PoolError, SimError, SettingsError)
+
+
+def add_eval_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="run benchmarks × strategies through the services; table, results, report")
+    p.add_argument("--benchmark", required=True, help=f"comma-separated: {', '.join(benchmarks.names())}")
+    p.add_argument("--strategy", default="conductor", help="comma-separated: conductor, single:NAME|*, moa[:K], "
+                   "refine[:N][@NAME], consensus[:N][@NAME], worker:NAME; +rN adds recursion rounds")  # fmt: skip
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--limit", type=int, help="items per benchmark (a seeded sample)")
+    p.add_argument("--concurrency", type=int, default=8, help="items in flight at once")
+    p.add_argument("--pool", help="pool file for services started here (default: the sim pool's workers over the "
+                   "run's questions); with running services only its worker names are used")  # fmt: skip
+    p.add_argument("--pool-subset", help="comma-separated worker names: every request uses only these")
+    p.add_argument("--policy", help="the embedded planner's CONDUCTOR_POLICY (e.g. openai:conductor-7b)")
+    p.add_argument("--data", action="append", default=[], metavar="NAME=PATH", help="a local copy of a benchmark")
+    p.add_argument("--hub", action="store_true", help="load benchmarks from the Hugging Face Hub (needs datasets)")
+    p.add_argument("--cache", action="store_true", help="use the worker-call cache")
+    p.add_argument("--durable", action="store_true", help="submit through the durable task queue")
+    p.add_argument("--embedded", action="store_true", help="always start a private NATS and the services here")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per item")
+    p.add_argument("--out", required=True, help="output directory (items.jsonl, results.json/csv, report.html)")
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    try:
+        return run(args)
+    except BAD_INPUT as exc:
+        print(f"conductor eval: {exc}", file=sys.stderr)
+        return 2
+
+
+def _split(text: str | None) -> list[str]:
+    return [p.strip() for p in (text or "").split(",") if p.strip()]
+
+
+def _data_paths(pairs: list[str]) -> dict[str, str]:
+    bad = [p for p in pairs if "=" not in p]
+    if bad:
+        raise EvalError(f"--data expects NAME=PATH, got {bad[0]!r}")
+    return dict(p.split("=", 1) for p in pairs)
+
+
+def _pool(args: argparse.Namespace, env: dict[str, str], external: bool, out: Path, problems: dict) -> tuple[Pool, Path | None]:
+    """The run's pool and the file services started here load (None: running services keep theirs)."""
+    if args.pool:
+        path = Path(args.pool)
+        return load_pool(path), path
+    if external:
+        return load_pool(Path(env["CONDUCTOR_POOL"]) if env.get("CONDUCTOR_POOL") else None), None
+    path = run_pool(out / "pool", [p for items in problems.values() for p in items])
+    return load_pool(path), path
+
+
+def _subset(pool: Pool, names: list[str]) -> list[str] | None:
+    unknown = [n for n in names if n not in pool.names()]
+    if unknown:
+        raise EvalError(f"--pool-subset names worker(s) {unknown} not in the pool {pool.names()}")
+    return names or None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything checked before any service starts: bad input fails here, fast."""
+
+    out: Path
+    env: dict[str, str]
+    jobs: list[Job]
+    benchmarks: list[str]
+    strategies: list[str]
+    options: Options
+    pool: Pool
+    pool_file: Path | None
+    embedded: bool
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    problems = benchmarks.load_all(_split(args.benchmark), _data_paths(args.data), hub=args.hub)
+    external = not args.embedded and reachable(CommonSettings.from_env(env).nats_url)
+    pool, pool_file = _pool(args, env, external, out, problems)
+    subset = _subset(pool, _split(args.pool_subset))
+    strategies = parse_strategies(args.strategy, subset or pool.names())
+    if args.policy:
+        if external:
+            raise EvalError("--policy configures the embedded planner; the running planner's policy is set where it runs")
+        env["CONDUCTOR_POLICY"] = args.policy
+    options = Options(concurrency=args.concurrency, cache=args.cache, durable=args.durable, pool_subset=subset,
+                      timeout_s=args.timeout)  # fmt: skip
+    return Prepared(out=out, env=env, jobs=plan(problems, strategies, max(args.repeats, 1), args.limit),
+                    benchmarks=list(problems), strategies=[s.label for s in strategies], options=options, pool=pool,
+                    pool_file=pool_file, embedded=args.embedded)  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    prep = prepare(args)
+    done, new, where = asyncio.run(execute(prep, Console(stderr=True)))
+    wide = Console() if Console().is_terminal else Console(width=180)  # a log file gets the whole table
+    conclude(prep, done, new, where, time.monotonic() - started, wide)
+    return 0
+
+
+def conclude(prep: Prepared, done: dict[Key, ItemResult], new: list[ItemResult], where: str, wall: float,
+             console: Console) -> table.Results:  # fmt: skip
+    """This run's items (resumed and new, in job order) -> the table, results.json/csv and report.html."""
+    merged = {**done, **{it.key: it for it in new}}
+    items = [merged[j.key] for j in prep.jobs if j.key in merged]
+    repeats = max((j.repeat for j in prep.jobs), default=0) + 1
+    meta = {"pool": str(prep.pool_file or "the running services' pool"), "workers": ",".join(prep.pool.names()),
+            "services": where, "repeats": str(repeats), "items": f"{len(new)} run, {len(done)} resumed",
+            "wall": f"{wall:.1f}s"}  # fmt: skip
+    if prep.options.pool_subset:
+        meta["pool subset"] = ",".join(prep.options.pool_subset)
+    return finish(prep.out, items, prep.benchmarks, prep.strategies, meta, console)
+
+
+async def execute(prep: Prepared, console: Console) -> tuple[dict[Key, ItemResult], list[ItemResult], str]:
+    """(items resumed from an earlier run, items run now, where the services were)."""
+    mode = "private" if prep.embedded else "auto"
+    async with local_stack(prep.env, name="eval", mode=mode, pool=prep.pool_file) as stack:
+        where = f"{'embedded' if stack.services_started else 'running'} services on {stack.settings.nats_url}"
+        repeats = max((j.repeat for j in prep.jobs), default=0) + 1
+        console.print(f"{where}: {len(prep.jobs)} items ({len(prep.benchmarks)} benchmarks × "
+                      f"{len(prep.strategies)} strategies × {repeats} repeats)")  # fmt: skip
+        async with _Connected(stack.settings) as client:
+            runner = Runner(client, prep.out, prep.options)
+            todo, done = runner.pending(prep.jobs)
+            new = await _with_progress(runner, todo, list(done.values()), console)
+    return done, new, where
+
+
+def finish(out: Path, items: list[ItemResult], benches: list[str], strategies: list[str], meta: dict[str, str],
+           console: Console) -> table.Results:  # fmt: skip
+    results = table.summarize(items, benches, strategies, meta)
+    table.write(results, out)
+    report = write_report(out, results, items, title="Conductor eval")
+    console.print(table.rich_table(results))
+    console.print(f"{meta.get('items', '')} in {meta.get('wall', '')} · results: {out / 'results.json'}, "
+                  f"{out / 'results.csv'} · report: {report}")  # fmt: skip
+    return results
+
+
+class _Connected:
+    """``ConductorClient`` whose failure to connect is the typed ``ServiceUnreachableError``."""
+
+    def __init__(self, settings: CommonSettings) -> None:
+        self._client = ConductorClient(settings)
+        self._url = settings.nats_url
+
+    async def __aenter__(self) -> ConductorClient:
+        try:
+            return await self._client.__aenter__()
+        except (OSError, nats.errors.Error) as exc:
+            raise ServiceUnreachableError(f"cannot connect to NATS at {self._url}: {exc}") from exc
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.__aexit__(*exc)
+
+
+async def _with_progress(
+    runner: Runner, todo: list[Job], done: list[ItemResult], console: Console
+) -> list[ItemResult]:
+    """The run, with a bar showing running accuracy and $ (resumed items included)."""
+    seen = list(done)
+    columns = (TextColumn("eval"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("acc {task.fields[acc]} · ${task.fields[cost]}"), TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("eval", total=len(todo) + len(done), completed=len(done), **_figures(seen))
+
+        def on_item(item: ItemResult) -> None:
+            seen.append(item)
+            bar.update(task, advance=1, **_figures(seen))
+
+        return await runner.run(todo, on_item)
+
+
+def _figures(items: list[ItemResult]) -> dict[str, str]:
+    acc = sum(it.correct for it in items) / len(items) if items else 0.0
+    return {"acc": f"{100 * acc:.1f}%", "cost": f"{sum(it.cost_usd for it in items):.4f}"}
+
+
+__all__ = ["add_eval_command", "cmd_eval", "finish"]

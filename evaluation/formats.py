@@ -1,0 +1,59 @@
+r"""The answer-format instruction each benchmark's reference harness gives the model, added to its question.
+
+Real models answer in the form the verifiers score only when asked (conductor/answer_format.py explains why the
+verifier never guesses). The wording is reused, never restated: math and multiple choice use the sim family's
+harness instructions (evaluation/sim/draft.py: a boxed answer as in the MATH/AIME harnesses, an ``Answer: X`` line
+as in simple-evals' GPQA/MMLU template), LiveCodeBench the sim code tasks' LiveCodeBench-style instructions
+(evaluation/sim/codegen.py), RLPR the ``general`` family's ``<answer>`` tags (RLPR's own harness asks for them).
+Only BigCodeBench/HumanEval's instruct-style prompt is new here. A question that already asks for its family's
+marker (``carries_format``) is left alone, so the executor's per-step instruction is never doubled either.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from conductor.answer_format import DEFAULT_FORMATS, carries_format, family_of
+from evaluation.datasets import Problem
+from evaluation.sim.codegen import FUNCTIONAL_FORMAT, STDIN_FORMAT
+from evaluation.sim.draft import MATH_FORMAT, MCQ_FORMAT
+from schemas.verify import FunctionalTestsReference, StdioTestsReference
+
+CODE_COMPLETE_FORMAT = (
+    "Please provide a self-contained Python script that solves the following problem in a markdown code block:"
+)
+"""BigCodeBench's instruct prompt (also evalplus's for HumanEval): the code prompt follows in a fence."""
+
+GENERAL_FORMAT = DEFAULT_FORMATS["general"].final
+
+
+def instruction(problem: Problem) -> str | None:
+    """The harness instruction for ``problem``'s family; None when its question already asks for the marker."""
+    family = family_of(problem.domain)
+    if family is None or carries_format(family, problem.question):
+        return None
+    match family, problem.reference:
+        case "math", _:
+            return MATH_FORMAT
+        case "mcq", _:
+            return MCQ_FORMAT
+        case "code", StdioTestsReference():
+            return STDIN_FORMAT
+        case "code", FunctionalTestsReference():
+            return FUNCTIONAL_FORMAT
+        case "code", _:
+            return CODE_COMPLETE_FORMAT
+        case _:
+            return GENERAL_FORMAT
+
+
+def with_format(problem: Problem) -> Problem:
+    """``problem`` with its harness instruction: after the question, or (code completion) before the fenced prompt."""
+    text = instruction(problem)
+    if text is None:
+        return problem
+    if text == CODE_COMPLETE_FORMAT:
+        question = f"{text}\n```python\n{problem.question.rstrip()}\n```"
+    else:
+        question = f"{problem.question.rstrip()}\n\n{text}"
+    return msgspec.structs.replace(problem, question=question)

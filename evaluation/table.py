@@ -1,0 +1,158 @@
+"""The paper's table from finished items: accuracy mean ± standard error over repeats per benchmark, the average,
+tokens and $ per question, steps per workflow (docs/method.md §4, §7) — and ``results.json`` / ``results.csv``.
+
+Accuracy of one repeat is correct / items of that repeat (a failed or unscorable item counts as not correct, as the
+paper's reward gives it nothing). The mean and standard error are over repeats (SE = sample standard deviation /
+√repeats; none with a single repeat). The average of a repeat is the mean over benchmarks of that repeat's
+accuracies, so its SE is over repeats too. Costs are means over every item of every repeat; a strategy's average
+cost is the mean of its per-benchmark means ("avg of the benchmarks", as the paper reports cost).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+from rich.table import Table
+
+from evaluation.records import ItemResult
+
+AVERAGE = "average"
+
+
+class Cell(msgspec.Struct, frozen=True, kw_only=True):
+    mean: float
+    se: float | None  # None with one repeat
+    per_repeat: list[float]
+
+
+class Row(msgspec.Struct, frozen=True, kw_only=True):
+    strategy: str
+    benchmark: str  # or "average"
+    accuracy: Cell
+    items: int  # item results behind the row (all repeats)
+    tokens_per_question: float
+    cost_per_question: float
+    calls_per_question: float
+    steps_per_workflow: float
+    failures: int  # items with no scorable answer (task error or verifier error)
+
+
+class Results(msgspec.Struct, frozen=True, kw_only=True):
+    benchmarks: list[str]
+    strategies: list[str]
+    repeats: int
+    rows: list[Row]
+    worker_steps: dict[str, dict[str, dict[str, int]]]  # benchmark -> strategy -> worker -> steps
+    steps_histogram: dict[str, dict[int, int]]  # strategy -> steps in a workflow -> workflows
+    meta: dict[str, str] = {}
+
+    def row(self, strategy: str, benchmark: str) -> Row | None:
+        return next((r for r in self.rows if r.strategy == strategy and r.benchmark == benchmark), None)
+
+
+def mean_se(values: Sequence[float]) -> Cell:
+    mean = statistics.fmean(values) if values else 0.0
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+    return Cell(mean=mean, se=se, per_repeat=list(values))
+
+
+def _per_repeat(items: Sequence[ItemResult]) -> dict[int, float]:
+    groups: dict[int, list[bool]] = defaultdict(list)
+    for it in items:
+        groups[it.repeat].append(it.correct)
+    return {r: sum(v) / len(v) for r, v in sorted(groups.items())}
+
+
+def _row(strategy: str, benchmark: str, items: Sequence[ItemResult]) -> Row:
+    n = max(len(items), 1)
+    workflows = [s for it in items for s in it.workflow_steps]
+    return Row(
+        strategy=strategy, benchmark=benchmark, accuracy=mean_se(list(_per_repeat(items).values())),
+        items=len(items), tokens_per_question=sum(it.tokens for it in items) / n,
+        cost_per_question=sum(it.cost_usd for it in items) / n, calls_per_question=sum(it.calls for it in items) / n,
+        steps_per_workflow=statistics.fmean(workflows) if workflows else 0.0,
+        failures=sum(1 for it in items if it.outcome in {"failed", "error"}),
+    )  # fmt: skip
+
+
+def _average(strategy: str, rows: list[Row], by_bench: dict[str, list[ItemResult]]) -> Row:
+    """Per repeat, the mean over benchmarks (only repeats every benchmark has); costs: the mean of the means."""
+    repeats = [_per_repeat(items) for items in by_bench.values()]
+    common = sorted(set.intersection(*(set(r) for r in repeats))) if repeats else []
+    per_repeat = [statistics.fmean(r[k] for r in repeats) for k in common]
+    mean_of = lambda attr: statistics.fmean(getattr(r, attr) for r in rows) if rows else 0.0  # noqa: E731
+    return Row(
+        strategy=strategy, benchmark=AVERAGE, accuracy=mean_se(per_repeat), items=sum(r.items for r in rows),
+        tokens_per_question=mean_of("tokens_per_question"), cost_per_question=mean_of("cost_per_question"),
+        calls_per_question=mean_of("calls_per_question"), steps_per_workflow=mean_of("steps_per_workflow"),
+        failures=sum(r.failures for r in rows),
+    )  # fmt: skip
+
+
+def summarize(
+    items: Sequence[ItemResult], benchmarks: Sequence[str], strategies: Sequence[str], meta: dict[str, str] | None = None
+) -> Results:
+    grouped: dict[tuple[str, str], list[ItemResult]] = defaultdict(list)
+    for it in items:
+        grouped[(it.strategy, it.benchmark)].append(it)
+    rows: list[Row] = []
+    for s in strategies:
+        by_bench = {b: grouped[(s, b)] for b in benchmarks if grouped.get((s, b))}
+        own = [_row(s, b, v) for b, v in by_bench.items()]
+        rows.extend(own)
+        if own:
+            rows.append(_average(s, own, by_bench))
+    workers: dict[str, dict[str, dict[str, int]]] = {b: {} for b in benchmarks}
+    histogram: dict[str, Counter[int]] = {}
+    for (s, b), group in grouped.items():
+        workers.setdefault(b, {})[s] = dict(Counter(w for it in group for w in it.workers))
+        histogram.setdefault(s, Counter()).update(n for it in group for n in it.workflow_steps)
+    return Results(
+        benchmarks=list(benchmarks), strategies=list(strategies),
+        repeats=max((it.repeat for it in items), default=-1) + 1, rows=rows, worker_steps=workers,
+        steps_histogram={s: dict(sorted(h.items())) for s, h in histogram.items()}, meta=dict(meta or {}),
+    )  # fmt: skip
+
+
+def pct(cell: Cell) -> str:
+    """``72.35 ± 1.20`` (percent); ``72.35`` with one repeat."""
+    return f"{100 * cell.mean:.2f}" + ("" if cell.se is None else f" ± {100 * cell.se:.2f}")
+
+
+def rich_table(results: Results, title: str = "Accuracy (%), mean ± SE over repeats") -> Table:
+    table = Table(title=title)
+    for col in ("strategy", *results.benchmarks, "Average", "tokens/q", "$/q", "steps/wf"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for s in results.strategies:
+        avg = results.row(s, AVERAGE)
+        if avg is None:
+            continue
+        cells = [pct(r.accuracy) if (r := results.row(s, b)) else "—" for b in results.benchmarks]
+        table.add_row(s, *cells, pct(avg.accuracy), f"{avg.tokens_per_question:,.0f}",
+                      f"{avg.cost_per_question:.5f}", f"{avg.steps_per_workflow:.2f}")  # fmt: skip
+    return table
+
+
+CSV_COLUMNS = (
+    "strategy", "benchmark", "accuracy_mean", "accuracy_se", "repeats", "items", "tokens_per_question",
+    "cost_per_question", "calls_per_question", "steps_per_workflow", "failures",
+)  # fmt: skip
+
+
+def write(results: Results, out_dir: Path) -> None:
+    """``results.json`` (everything) and ``results.csv`` (one line per strategy × benchmark, then its average)."""
+    (out_dir / "results.json").write_bytes(msgspec.json.format(msgspec.json.encode(results), indent=2) + b"\n")
+    with (out_dir / "results.csv").open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_COLUMNS)
+        for r in results.rows:
+            se = "" if r.accuracy.se is None else f"{r.accuracy.se:.6f}"
+            w.writerow([r.strategy, r.benchmark, f"{r.accuracy.mean:.6f}", se, len(r.accuracy.per_repeat), r.items,
+                        f"{r.tokens_per_question:.1f}", f"{r.cost_per_question:.8f}", f"{r.calls_per_question:.3f}",
+                        f"{r.steps_per_workflow:.3f}", r.failures])  # fmt: skip

@@ -1,0 +1,25 @@
+"""`conductor demo` ends by writing the eval report for its run and printing where it is."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from conductor.app import demo
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_the_demo_writes_its_report(nats_url, subject_prefix, tmp_path: Path, monkeypatch) -> None:
+    # Not capsys: the services configure logging onto the stream they find, which capsys closes after the test.
+    out = io.StringIO()
+    monkeypatch.setattr(demo, "Console", lambda **_kw: Console(file=out, width=300))
+    monkeypatch.setenv("NATS_URL", nats_url)
+    monkeypatch.setenv("CONDUCTOR_SUBJECT_PREFIX", subject_prefix)
+    assert await demo.run_demo(report_dir=tmp_path) == 0
+    html = (tmp_path / "report.html").read_text()
+    assert "Conductor demo" in html and '<section id="workflows">' in html and "demo · conductor" in html
+    assert f"report: {tmp_path / 'report.html'}" in out.getvalue()

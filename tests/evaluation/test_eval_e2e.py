@@ -1,0 +1,113 @@
+"""`conductor eval` end to end on a real nats-server with every service in this process (sim workers, the real
+planner baselines and verifier): every strategy on every fixture, resume, durable + cache, pool subset, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conductor.app.cli import main
+from conductor.app.runtime import create_services, running, service_names
+from conductor.settings import CommonSettings
+from evaluation import records
+from evaluation.errors import ServiceUnreachableError
+from tests.evaluation.conftest import FIXTURES, evaluate
+
+pytestmark = pytest.mark.e2e
+
+STRATEGIES = "conductor,single:*,moa,refine:5,consensus:5,worker:sim-frontier,conductor+r1"
+
+async def test_every_strategy_on_every_fixture(services: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _, new, results = await evaluate(out, "--benchmark", ",".join(FIXTURES), "--strategy", STRATEGIES,
+                                     "--limit", "1", "--pool", services["CONDUCTOR_POOL"], "--concurrency", "16")  # fmt: skip
+    assert len(new) == len(FIXTURES) * 11 and all(it.outcome != "failed" for it in new)
+    steps = {it.strategy: it.workflow_steps for it in new if it.benchmark == "sim"}
+    assert steps["moa"] == [8] and steps["refine:5"] == [5] and steps["consensus:5"] == [6]
+    assert steps["single:sim-coder"] == [1] and steps["conductor"] == [5]
+    worker = next(it for it in new if it.strategy == "worker:sim-frontier")
+    assert worker.result.workflows[0].fallback_used  # a sim worker writes no lists: the planner fell back
+    assert worker.result.usage.planner.calls == 3  # ... after resampling, all paid for
+    assert len(results.rows) == 11 * (len(FIXTURES) + 1)
+    assert sum(it.correct for it in new) > len(new) / 2  # the sim workers know the fixture answers
+    for name in ("results.json", "results.csv", "report.html", "items.jsonl"):
+        assert (out / name).is_file()
+    html = (out / "report.html").read_text()
+    assert all(f'<section id="{s}">' in html for s in ("accuracy", "cost", "workers", "steps", "workflows", "failures"))
+
+
+async def test_a_rerun_skips_done_items_and_retries_cut_off_ones(services: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = ("--benchmark", "sim,mmlu", "--strategy", "single:sim-math,moa", "--limit", "2", "--repeats", "2")
+    _, first, _ = await evaluate(out, *argv, "--pool", services["CONDUCTOR_POOL"])
+    assert len(first) == 2 * 2 * 2 * 2
+    done, again, _ = await evaluate(out, *argv, "--pool", services["CONDUCTOR_POOL"])
+    assert again == [] and len(done) == 16
+    lines = (out / "items.jsonl").read_bytes().splitlines()
+    (out / "items.jsonl").write_bytes(b"\n".join(lines[:-1]) + b"\n" + lines[-1][:40])  # killed mid-write
+    done, again, results = await evaluate(out, *argv, "--pool", services["CONDUCTOR_POOL"])
+    assert len(done) == 15 and [it.key for it in again] == [records.load(out / "items.jsonl")[again[0].key].key]
+    assert results.repeats == 2 and results.row("moa", "average") is not None
+
+
+async def test_durable_cached_and_restricted_pool(services: dict[str, str], tmp_path: Path) -> None:
+    pool = services["CONDUCTOR_POOL"]
+    argv = ("--benchmark", "sim", "--strategy", "conductor", "--limit", "2", "--pool", pool,
+            "--pool-subset", "sim-math,sim-coder", "--cache")  # fmt: skip
+    _, first, _ = await evaluate(tmp_path / "a", *argv, "--durable")
+    assert len(first) == 2 and all(it.outcome in {"correct", "incorrect"} for it in first)
+    assert {w for it in first for w in it.workers} <= {"sim-math", "sim-coder"}
+    _, second, _ = await evaluate(tmp_path / "b", *argv)
+    assert all(s.cached for it in second for r in it.result.workflows for s in r.steps)
+    assert sum(it.cost_usd for it in second) < sum(it.cost_usd for it in first)
+
+
+async def test_an_unreachable_service_stops_the_run_and_keeps_finished_items(env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = ("--benchmark", "sim", "--strategy", "single:sim-math", "--pool", env["CONDUCTOR_POOL"])
+    async with running(create_services(service_names("all"), env), CommonSettings.from_env(env), name="eval-test"):
+        _, first, _ = await evaluate(out, *argv, "--limit", "2")
+    with pytest.raises(ServiceUnreachableError, match=r"nothing serves .*conductor\.solve"):
+        await evaluate(out, *argv, "--limit", "3")
+    assert set(records.load(out / "items.jsonl")) == {it.key for it in first}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--benchmark", "gsm8k"], "unknown benchmark 'gsm8k'"),
+        (["--benchmark", "sim", "--strategy", "magic"], "unknown strategy 'magic'"),
+        (["--benchmark", "sim", "--strategy", "single:gpt-9"], "worker 'gpt-9' is not in the run's pool"),
+        (["--benchmark", "aime25", "--data", "aime25=/nonexistent/aime.jsonl"], "does not exist"),
+        (["--benchmark", "sim", "--pool-subset", "nobody"], "--pool-subset names worker"),
+    ],
+)
+def test_bad_input_exits_2_naming_it(argv: list[str], message: str, tmp_path: Path, capsys) -> None:
+    assert main(["eval", "--embedded", "--out", str(tmp_path), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_malformed_record_exits_2_naming_the_file(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "mmlu.jsonl"
+    bad.write_text(json.dumps({"question": "q", "choices": ["a", "b"], "answer": 0}) + "\n")
+    assert main(["eval", "--embedded", "--benchmark", "mmlu", "--data", f"mmlu={bad}", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "mmlu (" in err and "mmlu.jsonl" in err and "expected 4 choices" in err
+
+
+def test_embedded_run_with_a_configured_policy(tmp_path: Path) -> None:
+    """The whole command: a private nats-server and every service started here, the planner's policy set."""
+    out = tmp_path / "out"
+    argv = ["eval", "--embedded", "--benchmark", "sim", "--strategy", "conductor", "--limit", "2",
+            "--policy", "baseline:refine:2", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    [row] = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["benchmark"] == "sim"]
+    assert row["items"] == 2 and row["steps_per_workflow"] == 2.0
+
+
+def test_policy_is_refused_for_running_services(env: dict[str, str], tmp_path: Path, capsys) -> None:
+    argv = ["eval", "--benchmark", "sim", "--policy", "baseline:moa", "--pool", env["CONDUCTOR_POOL"]]
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    assert "--policy configures the embedded planner" in capsys.readouterr().err
