@@ -168,6 +168,9 @@ def model_lines(workers: Sequence[WorkerCard]) -> str:
 
 
 def render_examples(examples: Sequence[FewShot] = FEW_SHOT) -> str:
+    """The examples block; empty without examples (a small policy's short prompt, services/learner)."""
+    if not examples:
+        return ""
     blocks = ["Here are examples of successful workflows, each planned for its own example team of models."]
     for i, ex in enumerate(examples, 1):
         models = "\n".join(f"Model {j}: {d}" for j, d in enumerate(ex.models))
@@ -178,7 +181,7 @@ def render_examples(examples: Sequence[FewShot] = FEW_SHOT) -> str:
 
 
 def system_prompt(max_steps: int, examples: Sequence[FewShot] = FEW_SHOT) -> str:
-    return SYSTEM_PROMPT.format(max_steps=max_steps, examples=render_examples(examples))
+    return SYSTEM_PROMPT.format(max_steps=max_steps, examples=render_examples(examples)).rstrip()
 
 
 def _task_block(question: str, workers: Sequence[WorkerCard], domain: str | None) -> str:

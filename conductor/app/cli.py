@@ -307,8 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_learner_commands(sub: argparse._SubParsersAction) -> None:
-    """`conductor train` (services/learner/cli.py); argparse only, torch is imported when it runs."""
-    from services.learner.cli import add_train_command
+    """`conductor train` (conductor/app/training.py); argparse only, torch is imported when it runs."""
+    from conductor.app.training import add_train_command
 
     add_train_command(sub)
 

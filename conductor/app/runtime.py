@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from faststream.nats import NatsBroker
 
 from conductor.broker import make_broker
+from conductor.credentials import redacted
 from conductor.endpoints import EndpointServer
 from conductor.logging import configure_logging, get_logger
 from conductor.probes import ProbeServer
@@ -26,10 +27,11 @@ SERVICES: dict[str, str] = {
     "worker-adapter": "services.worker_adapter.app",
     "verifier": "services.verifier.app",
     "gateway": "services.gateway.app",
+    "learner": "services.learner.app",
 }
-ON_REQUEST = frozenset({"gateway"})
-"""Services `all` leaves out: the HTTP gateway opens a port and needs API keys, so it is asked for by name
-(`serve gateway`, `serve all,gateway`)."""
+ON_REQUEST = frozenset({"gateway", "learner"})
+"""Services `all` leaves out: the HTTP gateway opens a port and needs API keys, and the learner needs the `learner`
+extra (torch, TRL) and accelerators, so each is asked for by name (`serve gateway`, `serve all,learner`)."""
 
 
 class UnknownServiceError(ValueError):
@@ -56,53 +58,65 @@ def create_services(names: Sequence[str], env: Mapping[str, str] | None = None) 
 async def running(
     services: Sequence[Service], settings: CommonSettings, *, name: str, strict_metrics_port: bool = True
 ) -> AsyncIterator[NatsBroker]:
-    """Connect one broker, start every service's resources, then its subscribers; undo it all on exit.
+    """Connect each service on its own broker as its own NATS user, start every service's resources, then its
+    subscribers; undo it all on exit. Yields the first service's broker.
 
+    One connection per service, even in one process (`serve all`): each user may do only what its role may
+    (conductor/access.py), so a bug or a compromise in one service cannot act on the bus as another.
     With ``settings.metrics_port`` set, ``/metrics``, ``/healthz`` and ``/readyz`` are served from the start
-    (health during a slow start-up), ready once every service started and while NATS is connected.
+    (health during a slow start-up), ready once every service started and while every connection is up.
     """
     configure_logging(settings.log_level, json=settings.log_json)
-    broker = make_broker(settings, name=name)
-    for svc in services:
-        broker.include_router(svc.router)
     log = get_logger("conductor.app.runtime")
-    started: list[Service] = []
-    accepting = False
-    connection = await broker.connect()
-    servers = [
-        EndpointServer(
-            connection,
-            svc.endpoints,
-            concurrency=settings.handler_concurrency,
-            drain_timeout_s=settings.drain_timeout_s,
-        )
-        for svc in services
-    ]
-    probes: ProbeServer | None = None
-    try:
-        probes = await _start_probes(
-            settings, lambda: accepting and connection.is_connected, strict_metrics_port
-        )
+    async with contextlib.AsyncExitStack() as stack:
+        brokers = []
         for svc in services:
-            await svc.start(broker)
-            started.append(svc)
-        # Subscribers start last: a queued durable task is fetched at once, and its worker calls must find every
-        # service of this process ready (a handler of a service not started yet cannot answer).
-        await broker.start()
-        for server in servers:
-            await server.start()
-        accepting = True
-        log.info("services started", services=[s.name for s in services], nats=settings.nats_url)
-        yield broker
-    finally:
+            broker = make_broker(settings, name=svc.name)
+            broker.include_router(svc.router)
+            stack.push_async_callback(broker.stop)  # last out: services may flush state to NATS when they stop
+            brokers.append(broker)
+        connections = [await broker.connect() for broker in brokers]
+        servers = [
+            EndpointServer(
+                connection,
+                svc.endpoints,
+                concurrency=settings.handler_concurrency,
+                drain_timeout_s=settings.drain_timeout_s,
+            )
+            for svc, connection in zip(services, connections, strict=True)
+        ]
         accepting = False
-        await drain(services, servers)
-        for svc in reversed(started):  # before the connection closes: services may flush state to NATS
-            await svc.stop()
-        await broker.stop()
+
+        def ready() -> bool:
+            return accepting and all(c.is_connected for c in connections)
+
+        probes = await _start_probes(settings, ready, strict_metrics_port)
         if probes is not None:
-            await probes.stop()
-        log.info("services stopped", services=[s.name for s in started])
+            stack.push_async_callback(probes.stop)
+        started: list[Service] = []
+        try:
+            for svc, broker in zip(services, brokers, strict=True):
+                await svc.start(broker)
+                started.append(svc)
+            # Subscribers start last: a queued durable task is fetched at once, and its worker calls must find every
+            # service of this process ready (a handler of a service not started yet cannot answer).
+            for broker in brokers:
+                await broker.start()
+            for server in servers:
+                await server.start()
+            # Each service has its own connection: a request sent on one right after start-up must find the
+            # others' subscriptions already at the server (one shared connection kept that order by itself).
+            await asyncio.gather(*(c.flush() for c in connections))
+            accepting = True
+            log.info("services started", process=name, services=[s.name for s in services],
+                     nats=redacted(settings.nats_url))  # fmt: skip
+            yield brokers[0]
+        finally:
+            accepting = False
+            await drain(services, servers)
+            for svc in reversed(started):  # before the connections close: services may flush state to NATS
+                await svc.stop()
+            log.info("services stopped", services=[s.name for s in started])
 
 
 async def drain(services: Sequence[Service], servers: Sequence[EndpointServer]) -> None:

@@ -1,0 +1,134 @@
+"""The cold start (issue 12 item 3): SFT on synthetic completions, then rejection sampling, before GRPO.
+
+Stage 1, ``sft``: TRL's ``SFTTrainer`` on (prompt, synthetic completion) pairs — the real Conductor prompt for a
+training question and a random pool view, and a completion from services/learner/synthetic.py (random routing). The
+loss is on the completion only. Teaches the format; routing stays at chance.
+
+Stage 2, ``rejection``: sample ``rejection_samples`` completions per training question from the SFT'd policy, score
+them through the rollout API (the executor runs and verifies them), keep those whose reward is exactly 1 (parsed,
+answered correctly), and SFT on those. The policy's own successful text, so it also nudges routing toward what
+worked — a cheap first step of policy improvement before GRPO.
+
+Each stage writes a full model directory (a LoRA adapter is merged), so the next stage starts from a plain path.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from conductor.pool import Pool
+from evaluation.datasets import Problem
+from services.learner import synthetic
+from services.learner.config import LearnerConfig
+from services.learner.episodes import Episode, first_round, messages, next_round, sample_view, view_workers
+from services.learner.rewards import ConductorReward
+
+CORRECT = 1.0
+
+
+def synthetic_rows(
+    problems: Sequence[Problem], pool: Pool, config: LearnerConfig, n: int, *, seed: int = 0
+) -> list[dict[str, Any]]:
+    """``n`` prompt/completion rows; with recursion training on, a share of second-round prompts as well."""
+    rng = random.Random(f"sft:{seed}")
+    workers = view_workers(pool, config.data)
+    second_share = 0.25 if config.recursion.fraction > 0 else 0.0
+    rows = []
+    for _ in range(n):
+        problem = rng.choice(list(problems))
+        ep = first_round(problem, sample_view(workers, rng, config.data))
+        k = len(ep.pool)
+        text = synthetic.first_round(rng, k, ep.domain, config.data.max_steps, config.cold_start.topologies)
+        if rng.random() < second_share:
+            answer = _some_answer(rng, problem)
+            ep = next_round(ep, text, synthetic.sim_response(rng, answer, ep.domain))
+            text = synthetic.second_round(rng, k, ep.domain)
+        rows.append(_row(ep, text, pool, config))
+    return rows
+
+
+def _some_answer(rng: random.Random, problem: Problem) -> str:
+    answer = getattr(problem.reference, "answer", "") or "42"
+    return answer if rng.random() < 0.5 else "0"
+
+
+def _row(ep: Episode, completion: str, pool: Pool, config: LearnerConfig) -> dict[str, Any]:
+    return {
+        "prompt": messages(ep, pool, config.data),
+        "completion": [{"role": "assistant", "content": completion}],
+    }
+
+
+def sft(
+    config: LearnerConfig, model_path: Path, rows: list[dict[str, Any]], out: Path, *, epochs: float,
+    callbacks: Sequence[Any] = (),
+) -> Path:  # fmt: skip
+    """Fine-tune ``model_path`` on ``rows`` (completion-only loss); the result as a full model at ``out``."""
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from services.learner.policy import load, lora_config
+
+    c = config.cold_start
+    model, tokenizer = load(model_path)
+    args = SFTConfig(
+        output_dir=str(out.with_name(out.name + ".work")),
+        num_train_epochs=epochs,
+        per_device_train_batch_size=c.sft_batch_size,
+        learning_rate=c.sft_learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.05,
+        logging_steps=5,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        completion_only_loss=True,
+        max_length=None,
+        bf16=config.generation.bf16,
+        use_cpu=not torch.cuda.is_available(),
+        seed=config.model.seed,
+    )
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+        peft_config=lora_config(config), callbacks=list(callbacks),
+    )  # fmt: skip
+    trainer.train()
+    save_merged(trainer.model, tokenizer, out)
+    return out
+
+
+def save_merged(model: Any, tokenizer: Any, out: Path) -> None:
+    """A plain model directory: a peft model's adapter is merged into its weights first."""
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+
+
+def rejection_rows(
+    model: Any, tokenizer: Any, problems: Sequence[Problem], pool: Pool, config: LearnerConfig,
+    reward: ConductorReward, *, logits_processor: Any = None,
+) -> tuple[list[dict[str, Any]], dict[str, float]]:  # fmt: skip
+    """Sample, score over the rollout path, keep reward == 1; the rows and the stage's figures."""
+    from services.learner.evaluate import fixed_episodes, generate
+
+    c = config.cold_start
+    rng = random.Random(f"rejection:{config.data.seed}")
+    chosen = rng.sample(list(problems), min(c.rejection_questions, len(problems)))
+    episodes = fixed_episodes(chosen, pool, config, "rejection")
+    eps, texts = generate(
+        model, tokenizer, episodes, pool, config, samples=c.rejection_samples, logits_processor=logits_processor
+    )
+    scored = reward.score(eps, texts)
+    kept = [s for s in scored if s.result.reward == CORRECT]
+    stats = {
+        "sampled": len(scored),
+        "parsed": sum(s.result.parsed for s in scored) / max(1, len(scored)),
+        "kept": len(kept),
+    }
+    return [_row(s.episode, s.completion, pool, config) for s in kept], stats

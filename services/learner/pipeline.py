@@ -1,0 +1,136 @@
+"""A training run from a config: base model → parse probe → SFT → rejection sampling → held-out eval → GRPO →
+held-out eval → report. `conductor train` and `conductor serve learner` both call ``run``.
+
+A run lives in ``output.dir``: ``stages.json`` (each finished stage and its figures), ``metrics.jsonl`` (one line
+per GRPO step), ``rollouts.jsonl`` (every rollout), model directories per stage (``base-model/``, ``sft/``,
+``rejection/``, ``policy/``), GRPO checkpoints under ``grpo/`` and ``report.html``/``report.png``. Resuming skips the
+finished stages and continues GRPO from its newest checkpoint; starting over in a used directory is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from services.learner import coldstart, evaluate, policy
+from services.learner.config import LearnerConfig
+from services.learner.grpo import last_checkpoint, trainer
+from services.learner.recursion import RecursionBuffer
+from services.learner.rewards import ConductorReward, Scorer
+from services.learner.stream import EpisodeStream, held_out, load_run_pool, problems, training_dataset
+from services.learner.telemetry import metrics_callback, rollout_log
+
+Progress = Callable[[str, int, int, dict[str, Any]], None]
+"""``(stage, step, total, figures)``: the CLI's progress bar and the learner service's progress events."""
+
+
+class RunExistsError(RuntimeError):
+    """The output directory holds an earlier run; resume it or choose another directory."""
+
+
+class Stages:
+    """``stages.json``: the finished stages in order, each with its figures."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.done: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.is_file() else {}
+
+    def record(self, name: str, figures: dict[str, Any]) -> dict[str, Any]:
+        self.done[name] = {**figures, "finished": time.time()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.done, indent=2, default=str))
+        return self.done[name]
+
+
+def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress: Progress | None = None) -> dict:
+    """Every stage the config asks for; the figures of each (also in ``stages.json``)."""
+    out = Path(config.output.dir)
+    stages = Stages(out / "stages.json")
+    if stages.done and not resume:
+        raise RunExistsError(f"{out} holds a run (stages {list(stages.done)}); pass --resume or another output.dir")
+    note = progress or (lambda *_: None)
+    train, pool = problems(config, "train"), load_run_pool(config)
+    probe = evaluate.fixed_episodes(held_out(config)[: config.cold_start.parse_probe], pool, config, "probe")
+    eval_eps = evaluate.fixed_episodes(held_out(config), pool, config, "eval")
+    reward = ConductorReward(score, config)
+    grammar = _grammar(config)
+
+    def measured(name: str, path: Path, extra: dict[str, Any] | None = None, *, rewards: bool = False) -> Path:
+        if name not in stages.done:
+            model, tok = policy.load(path)
+            figures = {"parse_rate": evaluate.parse_rate(model, tok, probe, pool, config, grammar), **(extra or {})}
+            if rewards:
+                figures["held_out"] = evaluate.held_out_reward(model, tok, eval_eps, pool, config, reward)
+            note(name, 1, 1, stages.record(name, figures))
+        return path
+
+    model_path = measured("base", policy.prepare_base(config, train))
+    c = config.cold_start
+    if c.sft:
+        if "sft" not in stages.done:
+            note("sft", 0, 1, {})
+            rows = coldstart.synthetic_rows(train, pool, config, c.sft_examples, seed=config.model.seed)
+            coldstart.sft(config, model_path, rows, out / "sft", epochs=c.sft_epochs, callbacks=[_progress("sft", note)])
+        model_path = measured("sft", out / "sft")
+    if c.rejection:
+        if "rejection" not in stages.done:
+            note("rejection", 0, 1, {})
+            model, tok = policy.load(model_path)
+            rows, figures = coldstart.rejection_rows(model, tok, train, pool, config, reward, logits_processor=grammar)
+            del model
+            if rows:
+                coldstart.sft(config, model_path, rows, out / "rejection", epochs=c.rejection_epochs,
+                              callbacks=[_progress("rejection", note)])  # fmt: skip
+            model_path = measured("rejection", out / "rejection" if rows else model_path, figures)
+        else:
+            model_path = out / "rejection" if (out / "rejection").is_dir() else model_path
+    measured("before_grpo", model_path, rewards=True)
+    if config.grpo.steps and "grpo" not in stages.done:
+        grpo_stage(config, model_path, train, pool, reward, out, resume=resume, note=note)
+        stages.record("grpo", {"policy": str(out / "policy")})
+    if "grpo" in stages.done:
+        measured("after_grpo", out / "policy", rewards=True)
+    _report(out)
+    return stages.done
+
+
+def grpo_stage(config, model_path, train, pool, reward, out: Path, *, resume: bool, note: Progress) -> None:
+    """GRPO from ``model_path``: checkpoints under ``out/grpo``, the final policy in ``out/policy``."""
+    buffer = RecursionBuffer(seed=config.grpo.seed)
+    stream = EpisodeStream(train, pool, config, buffer)
+    metrics = metrics_callback(out / "metrics.jsonl")
+    reward.add_observer(metrics.observe)
+    reward.add_observer(buffer.observe)
+    reward.add_observer(rollout_log(out / "rollouts.jsonl"))
+    t = trainer(config, model_path, training_dataset(stream), reward, out / "grpo", [metrics, _progress("grpo", note)])
+    t.train(resume_from_checkpoint=last_checkpoint(out / "grpo") if resume else None)
+    coldstart.save_merged(t.model, t.processing_class, out / "policy")
+
+
+def _progress(stage: str, note: Progress):
+    """A TrainerCallback forwarding each logged step (of SFT or GRPO) to the progress sink."""
+    from transformers import TrainerCallback
+
+    class Forward(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            figures = {k: v for k, v in (logs or {}).items() if k in ("reward", "loss", "learning_rate")}
+            note(stage, state.global_step, state.max_steps, figures)
+
+    return Forward()
+
+
+def _grammar(config: LearnerConfig):
+    if not config.cold_start.grammar:
+        return None
+    from services.learner.grammar import ListsGrammar
+
+    return ListsGrammar
+
+
+def _report(out: Path) -> None:
+    from services.learner.report import write_report
+
+    write_report(out)

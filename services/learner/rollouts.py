@@ -1,0 +1,104 @@
+"""Rewards over NATS: the learner's client of the executor's rollout subject (schemas/rollout.py).
+
+A step's completions are split into batches of ``rollout.batch_size`` sent concurrently (at most
+``rollout.concurrency`` in flight), so a group of G completions fans out over the executor replicas of the queue
+group instead of queueing on one. Results come back in the order the rollouts were given.
+
+Failures are classified once, here: a batch the executors answer with a retryable error (nobody serving the
+subject, overloaded, a timeout) is sent again up to ``rollout.retries`` times with backoff; then, or at once for a
+non-retryable error, the step fails with ``RolloutError`` carrying the ``ErrorInfo`` — the run stops, resumable from
+its last checkpoint, rather than training on rewards nobody computed. A single rollout whose workflow hit an
+infrastructure error comes back with ``reward=None`` from the executor and is masked by the trainer, not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from conductor.endpoints import Requester
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.rollout import ROLLOUT, Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
+from services.learner.config import RolloutSection
+
+Transport = Callable[[RolloutBatch, float], Awaitable[RolloutBatchResult]]
+"""Sends one batch with a timeout and returns the typed reply (an error reply, never an exception, for a missing
+or slow responder)."""
+
+RETRY_PAUSE_S = 0.5
+
+
+class RolloutError(RuntimeError):
+    """Rollouts could not be scored (executors unreachable, a malformed reply, a bad request); ``info`` says why."""
+
+    def __init__(self, info: ErrorInfo) -> None:
+        super().__init__(f"{info.code}: {info.message}")
+        self.info = info
+
+
+def nats_transport(requester: Requester, prefix: str) -> Transport:
+    """The real path: ``Requester.call(ROLLOUT, ...)`` on the deployment's subject prefix."""
+
+    async def send(batch: RolloutBatch, timeout: float) -> RolloutBatchResult:
+        return await requester.call(ROLLOUT, batch, prefix=prefix, timeout=timeout)
+
+    return send
+
+
+def split(rollouts: Sequence[Rollout], size: int) -> list[list[Rollout]]:
+    return [list(rollouts[i : i + size]) for i in range(0, len(rollouts), size)]
+
+
+class RolloutClient:
+    def __init__(self, transport: Transport, settings: RolloutSection) -> None:
+        self._send = transport
+        self._settings = settings
+        self._slots: asyncio.Semaphore | None = None
+
+    async def score(self, rollouts: Sequence[Rollout]) -> list[RolloutResult]:
+        """Every rollout's result, in order; raises ``RolloutError`` when a batch cannot be scored."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._settings.concurrency)
+        batches = split(rollouts, self._settings.batch_size)
+        replies = await asyncio.gather(*(self._batch(b) for b in batches))
+        return [r for reply in replies for r in reply]
+
+    async def _batch(self, rollouts: list[Rollout]) -> list[RolloutResult]:
+        batch = RolloutBatch(rollouts=rollouts)
+        for attempt in range(self._settings.retries + 1):
+            reply = await self._once(batch)
+            if reply.error is None:
+                return _matched(rollouts, reply)
+            if not reply.error.retryable or attempt == self._settings.retries:
+                raise RolloutError(reply.error)
+            await asyncio.sleep(RETRY_PAUSE_S * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def _once(self, batch: RolloutBatch) -> RolloutBatchResult:
+        timeout = self._settings.timeout_s
+        assert self._slots is not None
+        async with self._slots:
+            try:
+                # The transport has its own timeout; this one bounds a transport that ignores it.
+                async with asyncio.timeout(timeout + 1.0):
+                    return await self._send(batch, timeout)
+            except TimeoutError:
+                info = ErrorInfo(
+                    code=ErrorCode.TIMEOUT,
+                    message=f"no rollout reply within {timeout:g} s for {len(batch.rollouts)} rollouts",
+                    retryable=True,
+                )
+                return RolloutBatchResult(error=info)
+
+
+def _matched(rollouts: list[Rollout], reply: RolloutBatchResult) -> list[RolloutResult]:
+    """The reply's results in the batch's order; a reply that does not answer each rollout once is a bug."""
+    by_id = {r.id: r for r in reply.results}
+    if len(reply.results) != len(rollouts) or set(by_id) != {r.id for r in rollouts}:
+        raise RolloutError(
+            ErrorInfo(
+                code=ErrorCode.INTERNAL,
+                message=f"the executor answered {len(reply.results)} results for {len(rollouts)} rollouts",
+            )
+        )
+    return [by_id[r.id] for r in rollouts]

@@ -1,0 +1,76 @@
+"""Proof that it learns: the tiny model, cold-started, then GRPO through the real NATS rollout path on `sim`.
+
+Default tier (marked ``nats``: a real nats-server from the session fixture). The executor, planner, worker-adapter
+and verifier run in this process on the learner's event-loop thread (conductor/app/training.py), with the sim
+pool; the learner sends every completion to the executor's rollout subject and trains on the rewards it gets back.
+
+1. A tiny Llama and its tokenizer are built in code (services/learner/tinymodel.py).
+2. Cold start: SFT on 2,000 synthetic one-step workflows with random routing (parse rate 0 -> 0.88-0.97).
+3. Held-out reward (64 `sim` test questions, math and mcq, 2 samples each) is measured through the rollout path.
+4. GRPO, 60 steps of 8 questions x 8 completions, over NATS.
+5. Held-out reward again, on the same questions and views.
+
+The preset is services/learner/presets/tiny-sim.toml (a fixed view of sim-math and sim-knowledge, whose best
+choice depends on the domain; 60 steps at lr 3e-4). Measured on this 2-core machine (shared, 200-220 s a run):
+
+    seed  parse: base -> SFT -> after GRPO   held-out reward before -> after (gain)
+    0     0.00 -> 0.97 -> 0.94              0.645 -> 0.746 (+0.101)
+    1     0.00 -> 0.88 -> 0.91              0.691 -> 0.727 (+0.035)
+    2     0.00 -> 0.97 -> 0.90              0.680 -> 0.727 (+0.047)
+
+Training reward (seed 0, means of 10 steps): 0.688, 0.695, 0.723, 0.706, 0.723, 0.748; parse failures 0.145 ->
+0.062. The threshold, +0.01, is below the smallest gain measured with margin for CPU nondeterminism (the held-out
+measurement itself is fixed: same questions, views and sampling seed before and after). At lr 1e-3 the same run
+was unstable (seed 0: 0.645 -> 0.484, the format collapsed on mcq), hence 3e-4.
+
+What 60 steps teach is mostly the format (unparseable workflows score 0) and a little routing: the tiny model's
+P(sim-math) at the list position stays near the same for both domains (measured 0.45/0.45 after GRPO; it was
+0.51/0.53 after SFT), so domain-dependent routing is not yet learned at this size and budget (docs/learner.md).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from conductor.app.training import local_rollouts
+from services.learner import pipeline
+from services.learner.bridge import LoopThread
+from services.learner.config import load_config
+
+pytestmark = [pytest.mark.nats, pytest.mark.timeout(1800)]  # ~3 min alone; 14 min measured beside a SmolLM2 run
+
+PRESET = Path(__file__).parents[2] / "services" / "learner" / "presets" / "tiny-sim.toml"
+
+MIN_GAIN = 0.01  # measured gains +0.035 .. +0.101 over seeds 0-2 (module docstring)
+MIN_SFT_PARSE = 0.75  # measured 0.88 .. 0.97
+
+
+def test_grpo_over_nats_raises_held_out_reward(tmp_path: Path, nats_url: str, subject_prefix: str) -> None:
+    seed = int(os.environ.get("CONDUCTOR_LEARN_SEED", "0"))
+    config = load_config(PRESET)
+    config = msgspec.structs.replace(
+        config,
+        model=msgspec.structs.replace(config.model, seed=seed),
+        grpo=msgspec.structs.replace(config.grpo, seed=seed),
+        output=msgspec.structs.replace(config.output, dir=str(tmp_path / "run")),
+    )
+    started = time.monotonic()
+    with LoopThread() as loop, local_rollouts(loop, config, nats_url=nats_url, prefix=subject_prefix) as score:
+        stages = pipeline.run(config, score)
+    before, after = stages["before_grpo"]["held_out"], stages["after_grpo"]["held_out"]
+    gain = after["raw_reward_mean"] - before["raw_reward_mean"]
+    print(
+        f"seed {seed}: parse base {stages['base']['parse_rate']:.2f} sft {stages['sft']['parse_rate']:.2f} "
+        f"after {after['parse_rate']:.2f}; held-out reward {before['raw_reward_mean']:.3f} -> "
+        f"{after['raw_reward_mean']:.3f} (gain {gain:+.3f}); by domain {before['by_domain']} -> "
+        f"{after['by_domain']}; workers {after['workers']}; {time.monotonic() - started:.0f} s"
+    )
+    assert stages["base"]["parse_rate"] == 0.0
+    assert stages["sft"]["parse_rate"] >= MIN_SFT_PARSE
+    assert gain >= MIN_GAIN, f"held-out reward rose by {gain:+.3f}, less than {MIN_GAIN}"
+    assert (tmp_path / "run" / "metrics.jsonl").is_file() and (tmp_path / "run" / "report.png").is_file()

@@ -1,0 +1,87 @@
+"""The reward function TRL calls: masking, the recursion scale, the cost penalty, the storm guard."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+import pytest
+
+from schemas.rollout import Rollout, RolloutResult
+from schemas.usage import Usage
+from schemas.verify import TextReference
+from services.learner.config import parse_config
+from services.learner.episodes import Episode
+from services.learner.rewards import ConductorReward, MaskedStormError, shape_reward
+
+CONFIG = parse_config('[model]\nsource = "tiny"\n[grpo]\nmax_masked_fraction = 0.5\n')
+EP = Episode(question="What is 2+2?", reference=TextReference(answer="4", kind="math"), domain="math", pool=["a", "b"])
+
+
+def column(ep: Episode) -> str:
+    return msgspec.json.encode(ep).decode()
+
+
+def scripted(rewards: list[float | None]):
+    def score(rollouts: list[Rollout]) -> list[RolloutResult]:
+        return [
+            RolloutResult(id=r.id, reward=w, parsed=w != 0.0, usage=Usage(cost_usd=0.5))
+            for r, w in zip(rollouts, rewards, strict=True)
+        ]
+
+    return score
+
+
+def test_masked_rewards_stay_none_never_zero() -> None:
+    reward = ConductorReward(scripted([1.0, None, 0.5, 0.0]), CONFIG)
+    out = reward(prompts=[None] * 4, completions=["x"] * 4, episode=[column(EP)] * 4)
+    assert out == [1.0, None, 0.5, 0.0]
+
+
+def test_recursion_first_round_scale_and_cost_penalty() -> None:
+    first = msgspec.structs.replace(EP, scale=0.25, recurse=True)
+    assert shape_reward(RolloutResult(id="a", reward=1.0), first.scale, 0.0) == 0.25
+    assert shape_reward(RolloutResult(id="a", reward=0.5), first.scale, 0.0) == 0.125
+    assert shape_reward(RolloutResult(id="a", reward=None), first.scale, 0.0) is None
+    penalised = shape_reward(RolloutResult(id="a", reward=1.0, usage=Usage(cost_usd=0.2)), 1.0, 0.5)
+    assert math.isclose(penalised, 0.9)
+
+
+def test_rollouts_carry_the_episode_and_conversational_completions_are_unwrapped() -> None:
+    seen: list[Rollout] = []
+
+    def score(rollouts: list[Rollout]) -> list[RolloutResult]:
+        seen.extend(rollouts)
+        return [RolloutResult(id=r.id, reward=1.0, parsed=True) for r in rollouts]
+
+    ConductorReward(score, CONFIG)(
+        prompts=[None], completions=[[{"role": "assistant", "content": "text"}]], episode=[column(EP)]
+    )
+    assert seen[0].completion == "text"
+    assert seen[0].pool == ["a", "b"] and seen[0].reference == EP.reference and seen[0].max_steps == 5
+
+
+def test_a_verifier_storm_stops_the_step() -> None:
+    reward = ConductorReward(scripted([None, None, None, 1.0]), CONFIG)
+    with pytest.raises(MaskedStormError, match="3 of 4"):
+        reward(prompts=[None] * 4, completions=["x"] * 4, episode=[column(EP)] * 4)
+
+
+def test_trl_gives_a_masked_sample_no_advantage() -> None:
+    """What the installed TRL does with None (GRPOTrainer._generate_and_score_completions, 1.16): NaN, left out of
+    the group's mean and std, advantage 0. Reproduced here on TRL's own nan-aware helpers so an upgrade that
+    changes it is caught by reading that code again (this test names it)."""
+    torch = pytest.importorskip("torch")
+    from trl.trainer.utils import nanstd
+
+    rewards = torch.tensor([1.0, float("nan"), 0.5, 0.5])  # one group of G=4, one masked
+    mean = torch.nanmean(rewards)
+    advantages = torch.nan_to_num((rewards - mean) / (nanstd(rewards) + 1e-4), nan=0.0)
+    assert math.isclose(mean.item(), 2 / 3, rel_tol=1e-6)  # the masked sample is not a zero in the baseline
+    assert advantages[1].item() == 0.0
+    import inspect
+
+    from trl import GRPOTrainer
+
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "unscorable_mask" in source and "nan_to_num(advantages, nan=0.0)" in source

@@ -1,0 +1,109 @@
+"""The rollout client: a group fans out in batches, timeouts and errors are typed, results keep their order."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+
+from conductor.endpoints import EndpointServer, Requester, serve
+from evaluation import sim
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.rollout import ROLLOUT, Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
+from schemas.verify import TextReference
+from services.learner.config import RolloutSection
+from services.learner.rollouts import RolloutClient, RolloutError, nats_transport
+from tests.learner.fakes import SkillScorer
+
+COMPLETION = 'Easy.\nmodel_id = [0]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
+
+
+def rollouts(n: int) -> list[Rollout]:
+    ref = TextReference(answer="4", kind="math")
+    return [
+        Rollout(id=f"r{i}", question="What is 2+2?", pool=["sim-math"], completion=COMPLETION, reference=ref,
+                domain="math")
+        for i in range(n)
+    ]
+
+
+class Recorder:
+    """A transport that answers each batch after ``delay`` seconds and records concurrency."""
+
+    def __init__(self, delay: float = 0.05, replies: list[RolloutBatchResult] | None = None) -> None:
+        self.delay, self.sizes, self.in_flight, self.peak = delay, [], 0, 0
+        self.replies = list(replies or [])
+
+    async def __call__(self, batch: RolloutBatch, timeout: float) -> RolloutBatchResult:
+        self.sizes.append(len(batch.rollouts))
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.in_flight -= 1
+        if self.replies:
+            return self.replies.pop(0)
+        return RolloutBatchResult(results=[RolloutResult(id=r.id, reward=1.0) for r in reversed(batch.rollouts)])
+
+
+async def test_a_group_fans_out_in_concurrent_batches_and_keeps_order() -> None:
+    transport = Recorder()
+    client = RolloutClient(transport, RolloutSection(batch_size=4, concurrency=3))
+    results = await client.score(rollouts(10))
+    assert transport.sizes == [4, 4, 2]
+    assert transport.peak == 3
+    assert [r.id for r in results] == [f"r{i}" for i in range(10)]
+
+
+async def test_a_slow_executor_is_a_typed_timeout() -> None:
+    client = RolloutClient(Recorder(delay=5.0), RolloutSection(timeout_s=0.05, retries=0))
+    with pytest.raises(RolloutError) as err:
+        await client.score(rollouts(2))
+    assert err.value.info.code is ErrorCode.TIMEOUT
+
+
+async def test_retryable_errors_are_retried_then_typed() -> None:
+    busy = RolloutBatchResult(error=ErrorInfo(code=ErrorCode.UNAVAILABLE, message="overloaded", retryable=True))
+    ok = Recorder(delay=0.0, replies=[busy])
+    assert len(await RolloutClient(ok, RolloutSection(retries=1)).score(rollouts(2))) == 2
+    always = Recorder(delay=0.0, replies=[busy] * 3)
+    with pytest.raises(RolloutError, match="overloaded"):
+        await RolloutClient(always, RolloutSection(retries=2)).score(rollouts(2))
+
+
+async def test_a_bad_request_is_not_retried_and_a_short_reply_is_an_error() -> None:
+    bad = RolloutBatchResult(error=ErrorInfo(code=ErrorCode.BAD_REQUEST, message="pool[0] unknown"))
+    transport = Recorder(delay=0.0, replies=[bad])
+    with pytest.raises(RolloutError, match="unknown"):
+        await RolloutClient(transport, RolloutSection(retries=3)).score(rollouts(1))
+    assert transport.sizes == [1]
+    short = Recorder(delay=0.0, replies=[RolloutBatchResult(results=[])])
+    with pytest.raises(RolloutError, match="0 results for 2"):
+        await RolloutClient(short, RolloutSection()).score(rollouts(2))
+
+
+@pytest.mark.nats
+async def test_over_a_real_nats_server_with_a_fake_responder(nats_url: str, subject_prefix: str) -> None:
+    """The real client path (Requester.call on the rollout contract) against a scripted executor; with nobody
+    serving, the failure is a typed, retryable ``unavailable`` after the retries."""
+    from conductor.pool import load_pool
+
+    scorer = SkillScorer(load_pool(sim.pool_path()))
+    nc = await nats.connect(nats_url)
+    client = RolloutClient(nats_transport(Requester(nc), subject_prefix), RolloutSection(batch_size=3, retries=0,
+                                                                                         timeout_s=2))  # fmt: skip
+    try:
+        with pytest.raises(RolloutError) as err:
+            await client.score(rollouts(2))
+        assert err.value.info.code is ErrorCode.UNAVAILABLE
+        endpoint = serve(ROLLOUT, scorer.batch, prefix=subject_prefix, max_bytes=1 << 20)
+        server = EndpointServer(nc, [endpoint], concurrency=4, drain_timeout_s=1)
+        await server.start()
+        results = await client.score(rollouts(7))
+        await server.stop()
+    finally:
+        await nc.close()
+    assert [r.id for r in results] == [f"r{i}" for i in range(7)]
+    assert all(r.reward in (0.5, 1.0) for r in results)
