@@ -7,8 +7,6 @@ On a server without authorization (what `demo`/`serve all` started before) every
 
 from __future__ import annotations
 
-import asyncio
-import re
 import uuid
 
 import msgspec
@@ -20,6 +18,7 @@ from conductor.client import ConductorClient
 from conductor.wire import encode
 from schemas.solve import SolveRequest, SolveResult
 from schemas.tasks import Names, TaskCheckpoint
+from tests.refusals import assert_refused
 
 pytestmark = pytest.mark.nats
 
@@ -79,22 +78,7 @@ FORGED = SolveResult(task_id="", answer="forged")
 )
 async def test_the_server_refuses(secured, user, action, subject):
     errors: list[str] = []
-    nc = await secured.connect(user, errors)
-    try:
-        if action == "subscribe":
-            await nc.subscribe(subject)
-        else:
-            await nc.publish(subject, b"{}")
-        await nc.flush()
-        for _ in range(100):
-            if errors:
-                break
-            await asyncio.sleep(0.02)
-    finally:
-        await nc.close()
-    verb = "subscription" if action == "subscribe" else "publish"
-    refused = re.compile(rf'permissions violation for {verb} to "?{re.escape(subject)}', re.I)
-    assert any(refused.search(e) for e in errors), errors
+    await assert_refused(await secured.connect(user, errors), errors, action, subject)
 
 
 async def _refused(coro) -> None:
