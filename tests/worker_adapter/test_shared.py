@@ -295,7 +295,8 @@ async def test_a_waiting_replica_gets_slots_from_a_busy_one(nats_url, subject_pr
     """Fair hand-back: B's one call does not wait behind all of A's queue."""
     provider = Counting(hold_s=0.1)
     async with replicas(nats_url, subject_prefix, provider, _pool(concurrency=2)) as (a, b):
-        queue = [asyncio.create_task(a.adapter.call(_req())) for _ in range(10)]
+        # 40 calls of 0.1 s through 2 slots: 2 s of A's queue, so a loaded machine still tells hand-back from none
+        queue = [asyncio.create_task(a.adapter.call(_req())) for _ in range(40)]
         await asyncio.sleep(0.05)
         await b.adapter.call(_req())
         assert not all(t.done() for t in queue)  # without hand-back, A's waiters would reuse every slot
