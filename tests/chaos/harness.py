@@ -48,7 +48,11 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     tasks_per_s: float = 0.0
 
 
-def pool_file(tmp: Path, port: int) -> Path:
+def pool_file(
+    tmp: Path, port: int, *, concurrency: int = 512, timeout_s: float = 2.5, name: str = "chaos_pool.toml"
+) -> Path:
+    """Three workers on the fault server. The default timeout sits above a loaded machine's answer time: a late
+    answer would be paid twice."""
     lines = ["reveal_names = false"]
     for i in range(3):
         lines += [
@@ -58,13 +62,13 @@ def pool_file(tmp: Path, port: int) -> Path:
             'model = "fault"',
             f'base_url = "http://127.0.0.1:{port}/v1"',
             f'description = "worker {i}"',
-            "timeout_s = 2.5",  # above a loaded machine's answer time: a late answer would be paid twice
+            f"timeout_s = {timeout_s}",
             "max_retries = 10",
-            "concurrency = 512",
+            f"concurrency = {concurrency}",
             "price_in_per_mtok = 1.0",
             "price_out_per_mtok = 2.0",
         ]
-    path = tmp / "chaos_pool.toml"
+    path = tmp / name
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -35,7 +35,7 @@ from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
 from schemas.solve import SolveRequest, SolveResult
 from schemas.tasks import INTAKE_CONSUMER, Names
-from tests.chaos.harness import ROOT, Service, _results_so_far
+from tests.chaos.harness import ROOT, Service, _results_so_far, pool_file
 
 KINDS = ("planner", "worker-adapter", "verifier", "executor")
 
@@ -84,27 +84,6 @@ class KillReport(msgspec.Struct, kw_only=True):
     wall_s: float = 0.0
 
 
-def pool_file(tmp: Path, port: int, *, concurrency: int) -> Path:
-    lines = ["reveal_names = false"]
-    for i in range(3):
-        lines += [
-            "[[workers]]",
-            f'name = "w{i}"',
-            'provider = "openai_compatible"',
-            'model = "fault"',
-            f'base_url = "http://127.0.0.1:{port}/v1"',
-            f'description = "worker {i}"',
-            "timeout_s = 10",
-            "max_retries = 10",
-            f"concurrency = {concurrency}",
-            "price_in_per_mtok = 1.0",
-            "price_out_per_mtok = 2.0",
-        ]
-    path = tmp / "kills_pool.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 class Fleet:
     """The nats-server, the fault provider and every service process, by kind."""
 
@@ -129,7 +108,7 @@ class Fleet:
         assert self.faults.stdout is not None and self.faults.stdout.readline().strip() == b"ready"
         env = {
             **self.nats.env(),  # NATS_URL and the credentials file: each process connects as its own kind
-            "CONDUCTOR_POOL": str(pool_file(self.tmp, self.fault_port, concurrency=self.concurrency)),
+            "CONDUCTOR_POOL": str(pool_file(self.tmp, self.fault_port, concurrency=self.concurrency, timeout_s=10, name="kills_pool.toml")),
             "CONDUCTOR_LOG_LEVEL": "WARNING",
             "CONDUCTOR_METRICS_PORT": "off",
             "CONDUCTOR_DRAIN_TIMEOUT_S": "5",
