@@ -234,3 +234,36 @@ def recursion_messages(
         ChatMessage(role="system", content=system_prompt(max_steps, examples)),
         ChatMessage(role="user", content=user),
     ]
+
+
+PROMPT_STYLES = ("examples", "rules", "task")
+"""How much of the prompt a policy is given, the same at training and serving time (a policy trained on one style
+is off-distribution on another):
+
+- ``examples``: the rules and the few-shot block in the system turn (docs/method.md §1; the default, ~1,500 tokens);
+- ``rules``: the rules without the examples;
+- ``task``: the user turn only (question, answer type, models; recursion rounds add the earlier rounds and the
+  recursion rules). For small models trained on CPU (presets/smollm2-sim.toml): 170 tokens instead of 500, and a
+  135M model learns the format from the cold start, not from reading the rules.
+"""
+
+
+def policy_messages(
+    question: str,
+    workers: Sequence[WorkerCard],
+    previous: Sequence[PriorRound] = (),
+    *,
+    max_steps: int,
+    domain: str | None = None,
+    style: str = "examples",
+) -> list[ChatMessage]:
+    """The prompt in one of ``PROMPT_STYLES``: a first round without ``previous``, a recursion round with it."""
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"prompt style {style!r}: expected one of {', '.join(PROMPT_STYLES)}")
+    examples = FEW_SHOT if style == "examples" else ()
+    built = (
+        recursion_messages(question, workers, previous, max_steps=max_steps, domain=domain, examples=examples)
+        if previous
+        else conductor_messages(question, workers, max_steps=max_steps, domain=domain, examples=examples)
+    )
+    return [m for m in built if style != "task" or m.role != "system"]

@@ -132,7 +132,7 @@ def _parse(hint: Any, raw: str) -> Any:
         return number(kind, raw)
     if kind is Path:
         return Path(raw.strip())
-    if kind is str:
+    if kind is str or typing.get_origin(kind) is typing.Literal:  # a Literal's choices: msgspec checks them
         return raw.strip()
     raise TypeError(f"no parser for {kind!r}; give the Env a parse=")
 

@@ -68,14 +68,22 @@ class DataSection(_Section):
     k_max: Positive = 5
     shuffle_view: bool = True  # renumber in a random order, so an ordinal carries no fixed meaning
     few_shot: bool = True  # conductor/prompt.py FEW_SHOT in the system prompt (long: ~1,500 tokens)
-    # The system turn (the rules). Only a model trained from scratch (the tiny test model, which cannot read them
-    # anyway) goes without: it is 2/3 of its prompt and of its CPU time. Never for a policy meant to be served.
+    # The system turn (the rules). Without it the prompt is the user turn only (conductor/prompt.py style "task"):
+    # for a model trained from scratch (the tiny test model cannot read them) or a small one trained on CPU, where
+    # they are 2/3 of the prompt and of the CPU time. A policy trained so is served with CONDUCTOR_POLICY_PROMPT=task.
     rules: bool = True
     show_domain: bool = True  # the prompt's "Answer type:" line
     max_steps: Annotated[int, Meta(ge=1, le=10)] = 5  # docs/method.md §1: at most five steps
     eval_questions: Positive = 64  # held-out questions per evaluation (the "test" split, domains above)
     eval_samples: Positive = 2  # completions per held-out question
     seed: int = 0
+
+    @property
+    def prompt_style(self) -> str:
+        """The conductor/prompt.py style these flags select: what the planner must serve the policy with."""
+        if not self.rules:
+            return "task"
+        return "examples" if self.few_shot else "rules"
 
 
 class ColdStartSection(_Section):

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from conductor.pool import Pool, WorkerSpec
-from conductor.prompt import FEW_SHOT, conductor_messages, recursion_messages
+from conductor.prompt import policy_messages
 from evaluation.datasets import Problem
 from schemas.plan import PriorRound
 from schemas.verify import Reference
@@ -83,15 +83,11 @@ def next_round(episode: Episode, completion: str, final_response: str) -> Episod
 def messages(episode: Episode, pool: Pool, data: DataSection) -> list[dict[str, str]]:
     """The conversation the policy sees, as TRL's conversational format (role/content dicts)."""
     cards = pool.cards(pool.subset(episode.pool))
-    examples = FEW_SHOT if data.few_shot else ()
     domain = episode.domain if data.show_domain else None
-    if episode.previous:
-        built = recursion_messages(
-            episode.question, cards, episode.previous, max_steps=data.max_steps, domain=domain, examples=examples
-        )
-    else:
-        built = conductor_messages(episode.question, cards, max_steps=data.max_steps, domain=domain, examples=examples)
-    return [{"role": m.role, "content": m.content} for m in built if data.rules or m.role != "system"]
+    built = policy_messages(
+        episode.question, cards, episode.previous, max_steps=data.max_steps, domain=domain, style=data.prompt_style
+    )
+    return [{"role": m.role, "content": m.content} for m in built]
 
 
 _encoder = msgspec.json.Encoder()

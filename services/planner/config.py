@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -81,6 +81,14 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: Annotated[
         Count, Env("CONDUCTOR_POLICY_MAX_TOKENS", "Cap on the Conductor's completion, in tokens.")
     ] = MAX_COMPLETION_TOKENS
+    prompt: Annotated[
+        Literal["examples", "rules", "task"],
+        Env(
+            "CONDUCTOR_POLICY_PROMPT",
+            "The model policy's prompt, as it was trained (conductor/prompt.py PROMPT_STYLES): `examples` (rules and "
+            "few-shot), `rules`, or `task` (the user turn only).",
+        ),
+    ] = "examples"
     timeout_s: Annotated[
         PositiveSeconds, Env("CONDUCTOR_POLICY_TIMEOUT_S", "Per-request timeout of an `openai:` policy.")
     ] = 120.0

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import msgspec
 import structlog
 
-from conductor.prompt import conductor_messages, recursion_messages
+from conductor.prompt import policy_messages
 from conductor.workflow import WorkflowFormatError, parse_completion
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest
@@ -125,13 +125,10 @@ class Planner:
 
     async def _sample(self, policy: Policy, req: PlanRequest) -> PlanReply:
         recursion = bool(req.previous)
-        messages = (
-            recursion_messages(
-                req.question, req.workers, req.previous, max_steps=req.max_steps, domain=req.domain
-            )
-            if recursion
-            else conductor_messages(req.question, req.workers, max_steps=req.max_steps, domain=req.domain)
-        )
+        messages = policy_messages(
+            req.question, req.workers, req.previous, max_steps=req.max_steps, domain=req.domain,
+            style=self.settings.prompt if policy is self.policy else "examples",
+        )  # fmt: skip
         failures: list[str] = []
         usage = Usage()
         text = ""

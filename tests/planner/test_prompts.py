@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conductor.prompt import (
     EXAMPLE_MODELS,
     FEW_SHOT,
     MAX_SHOWN_RESPONSE_CHARS,
     conductor_messages,
     model_lines,
+    policy_messages,
     recursion_messages,
 )
 from conductor.workflow import parse_completion
@@ -81,3 +84,20 @@ def test_recursion_prompt_truncates_a_huge_final_response(cards: list[WorkerCard
     _, user = recursion_messages("q", cards, huge, max_steps=5)
     assert "[... truncated]" in user.content
     assert len(user.content) < MAX_SHOWN_RESPONSE_CHARS + 3000
+
+
+def test_prompt_styles_trim_the_system_turn(cards: list[WorkerCard]) -> None:
+    full = policy_messages("What is 6 * 7?", cards, max_steps=5, style="examples")
+    rules = policy_messages("What is 6 * 7?", cards, max_steps=5, style="rules")
+    task = policy_messages("What is 6 * 7?", cards, max_steps=5, style="task")
+    assert full == conductor_messages("What is 6 * 7?", cards, max_steps=5)
+    assert FEW_SHOT[0].question in full[0].content and FEW_SHOT[0].question not in rules[0].content
+    assert rules[0].role == "system" and "access_list" in rules[0].content
+    assert [m.role for m in task] == ["user"] and task[0] == full[1]
+    again = policy_messages("What is 6 * 7?", cards, PRIOR, max_steps=5, style="task")
+    assert [m.role for m in again] == ["user"] and "Result of the coordination strategy" in again[0].content
+
+
+def test_an_unknown_prompt_style_is_refused(cards: list[WorkerCard]) -> None:
+    with pytest.raises(ValueError, match="prompt style 'short'"):
+        policy_messages("q", cards, max_steps=5, style="short")

@@ -1,0 +1,96 @@
+"""The trained policy as a small adapter (services/learner/export.py): the SVD export of ``tuned − base``.
+
+A tiny Llama is built in code; a LoRA with known, random weights is merged into a copy ("the trained policy");
+exporting the difference at that rank must give back the same function, and a model whose norms changed cannot be
+an adapter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from evaluation import sim  # noqa: E402
+from services.learner.coldstart import save_merged  # noqa: E402
+from services.learner.export import ExportError, export_adapter, load_with_adapter, low_rank  # noqa: E402
+from services.learner.tinymodel import build  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    questions = sim.tasks("train")[:50]
+    return build(tmp_path_factory.mktemp("tiny") / "base", questions, layers=2, hidden=64, seed=0)
+
+
+def _tuned(base: Path, out: Path, rank: int, seed: int) -> Path:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    from transformers import AutoTokenizer
+
+    save_merged(peft_model, AutoTokenizer.from_pretrained(str(base)), out)
+    return out
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def test_an_export_at_the_trained_rank_reproduces_the_tuned_model(base: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    tuned = _tuned(base, tmp_path / "tuned", rank=4, seed=1)
+    figures = export_adapter(base, tuned, tmp_path / "adapter", rank=4)
+    assert figures["energy_kept_min"] > 0.999
+    assert figures["layers"] == 2 * 7
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    ids = torch.randint(0, 500, (2, 24))
+    want = _logits(AutoModelForCausalLM.from_pretrained(str(tuned), dtype=torch.float32), ids)
+    got = _logits(load_with_adapter(base, tmp_path / "adapter"), ids)
+    plain = _logits(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32), ids)
+    assert (got - want).abs().max() < 0.02 * (plain - want).abs().max()  # float16 storage, not the base model
+
+
+def test_a_lower_rank_keeps_part_of_the_update_and_says_how_much(base: Path, tmp_path: Path) -> None:
+    tuned = _tuned(base, tmp_path / "tuned", rank=8, seed=2)
+    figures = export_adapter(base, tuned, tmp_path / "adapter", rank=2)
+    assert 0.1 < figures["energy_kept_mean"] < 0.95
+    small = figures["bytes"]
+    assert small < export_adapter(base, tuned, tmp_path / "adapter8", rank=8)["bytes"]
+
+
+def test_a_changed_norm_is_not_an_adapter(base: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    with torch.no_grad():
+        model.model.norm.weight.add_(0.1)
+    model.save_pretrained(str(tmp_path / "full"))
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(tmp_path / "full"))
+    with pytest.raises(ExportError, match="norm"):
+        export_adapter(base, tmp_path / "full", tmp_path / "adapter", rank=4)
+
+
+def test_an_unchanged_model_and_a_zero_rank_are_refused(base: Path, tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="does not differ"):
+        export_adapter(base, base, tmp_path / "adapter", rank=4)
+    with pytest.raises(ExportError, match="rank"):
+        export_adapter(base, base, tmp_path / "adapter", rank=0)
+
+
+def test_low_rank_is_exact_for_a_rank_one_matrix() -> None:
+    delta = torch.outer(torch.arange(1.0, 5.0), torch.tensor([1.0, -2.0, 0.5]))
+    b, a, kept = low_rank(delta, 3)
+    assert torch.allclose(b @ a, delta, atol=1e-5) and kept == pytest.approx(1.0)
