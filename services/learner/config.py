@@ -172,6 +172,9 @@ class GenerationSection(_Section):
 
 class OutputSection(_Section):
     dir: str = "runs/learner"
+    # The trained policy as a LoRA adapter on the base model (services/learner/export.py): its rank, 0 for none.
+    # Measured beside the full policy (stage "adapter"); what is shipped and published as a policy version.
+    adapter_rank: Annotated[int, Meta(ge=0, le=256)] = 0
 
 
 class LearnerConfig(_Section):

@@ -3,8 +3,9 @@ held-out eval → report. `conductor train` and `conductor serve learner` both c
 
 A run lives in ``output.dir``: ``stages.json`` (each finished stage and its figures), ``metrics.jsonl`` (one line
 per GRPO step), ``rollouts.jsonl`` (every rollout), model directories per stage (``base-model/``, ``sft/``,
-``rejection/``, ``policy/``), GRPO checkpoints under ``grpo/`` and ``report.html``/``report.png``. Resuming skips the
-finished stages and continues GRPO from its newest checkpoint; starting over in a used directory is refused.
+``rejection/``, ``policy/``; with ``output.adapter_rank``, ``adapter/``: the policy as a LoRA adapter on the base,
+measured as stage ``adapter``), GRPO checkpoints under ``grpo/`` and ``report.html``/``report.png``. Resuming skips
+the finished stages and continues GRPO from its newest checkpoint; starting over in a used directory is refused.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from services.learner import coldstart, evaluate, policy
 from services.learner.config import LearnerConfig
+from services.learner.export import export_adapter, load_with_adapter
 from services.learner.grpo import last_checkpoint, trainer
 from services.learner.recursion import RecursionBuffer
 from services.learner.rewards import ConductorReward, Scorer
@@ -93,6 +95,14 @@ def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress:
         stages.record("grpo", {"policy": str(out / "policy")})
     if "grpo" in stages.done:
         measured("after_grpo", out / "policy", rewards=True)
+        if config.output.adapter_rank and "adapter" not in stages.done:
+            note("adapter", 0, 1, {})
+            figures = export_adapter(config.model_dir(), out / "policy", out / "adapter", rank=config.output.adapter_rank)
+            model = load_with_adapter(config.model_dir(), out / "adapter")
+            tok = policy.load_tokenizer(out / "policy")
+            figures["parse_rate"] = evaluate.parse_rate(model, tok, probe, pool, config, grammar)
+            figures["held_out"] = evaluate.held_out_reward(model, tok, eval_eps, pool, config, reward)
+            note("adapter", 1, 1, stages.record("adapter", figures))
     _report(out)
     return stages.done
 

@@ -94,3 +94,31 @@ def test_low_rank_is_exact_for_a_rank_one_matrix() -> None:
     delta = torch.outer(torch.arange(1.0, 5.0), torch.tensor([1.0, -2.0, 0.5]))
     b, a, kept = low_rank(delta, 3)
     assert torch.allclose(b @ a, delta, atol=1e-5) and kept == pytest.approx(1.0)
+
+
+def test_a_lora_run_ends_with_its_adapter_measured_and_resumes_past_it(tmp_path: Path) -> None:
+    """The pipeline's ``adapter`` stage on a tiny LoRA run, rewards in process (tests/learner/fakes.py)."""
+    import msgspec
+
+    from services.learner import pipeline
+    from services.learner.config import LoraSection, load_config
+    from services.learner.stream import load_run_pool
+    from tests.learner.fakes import SkillScorer
+
+    config = load_config(Path(__file__).parents[2] / "services" / "learner" / "presets" / "tiny-sim.toml")
+    r = msgspec.structs.replace
+    config = r(
+        config,
+        model=r(config.model, lora=LoraSection(r=4, alpha=8, dropout=0.0, target_modules="all-linear")),
+        data=r(config.data, eval_questions=8, eval_samples=1),
+        cold_start=r(config.cold_start, sft_examples=64, parse_probe=8),
+        grpo=r(config.grpo, steps=2, questions_per_step=2, generations=2),
+        output=r(config.output, dir=str(tmp_path / "run"), adapter_rank=12),
+    )
+    stages = pipeline.run(config, SkillScorer(load_run_pool(config)))
+    adapter = stages["adapter"]
+    assert adapter["rank"] == 12 and adapter["energy_kept_min"] > 0.99  # two stages of rank 4: rank <= 8 < 12
+    assert 0.0 <= adapter["parse_rate"] <= 1.0 and "raw_reward_mean" in adapter["held_out"]
+    assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").is_file()
+    again = pipeline.run(config, SkillScorer(load_run_pool(config)), resume=True)
+    assert again["adapter"]["finished"] == adapter["finished"]
