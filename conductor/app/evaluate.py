@@ -56,6 +56,8 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pool", help="pool file for services started here (default: the sim pool's workers over the "
                    "run's questions); with running services only its worker names are used")  # fmt: skip
     p.add_argument("--pool-subset", help="comma-separated worker names: every request uses only these")
+    p.add_argument("--domains", help="comma-separated: keep only items of these domains (math, mcq, code), e.g. "
+                   "the domains a policy was trained on")  # fmt: skip
     p.add_argument("--policy", help="the embedded planner's CONDUCTOR_POLICY (e.g. openai:conductor-7b)")
     p.add_argument("--data", action="append", default=[], metavar="NAME=PATH", help="a local copy of a benchmark")
     p.add_argument("--hub", action="store_true", help="load benchmarks from the Hugging Face Hub (needs datasets)")
@@ -97,6 +99,17 @@ def _pool(args: argparse.Namespace, env: dict[str, str], external: bool, out: Pa
     return load_pool(path), path
 
 
+def _in_domains(problems: dict[str, list], domains: list[str]) -> dict[str, list]:
+    """Each benchmark's items of ``domains`` (all when none are named); a benchmark left empty is an error."""
+    if not domains:
+        return problems
+    kept = {name: [p for p in items if p.domain in domains] for name, items in problems.items()}
+    empty = [name for name, items in kept.items() if not items]
+    if empty:
+        raise EvalError(f"--domains {','.join(domains)}: no items left in {', '.join(empty)}")
+    return kept
+
+
 def _subset(pool: Pool, names: list[str]) -> list[str] | None:
     unknown = [n for n in names if n not in pool.names()]
     if unknown:
@@ -123,7 +136,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    problems = benchmarks.load_all(_split(args.benchmark), _data_paths(args.data), hub=args.hub)
+    problems = _in_domains(benchmarks.load_all(_split(args.benchmark), _data_paths(args.data), hub=args.hub),
+                           _split(args.domains))  # fmt: skip
     external = not args.embedded and reachable(CommonSettings.from_env(env).nats_url)
     pool, pool_file = _pool(args, env, external, out, problems)
     subset = _subset(pool, _split(args.pool_subset))

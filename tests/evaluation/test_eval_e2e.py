@@ -64,6 +64,13 @@ async def test_durable_cached_and_restricted_pool(services: dict[str, str], tmp_
     assert sum(it.cost_usd for it in second) < sum(it.cost_usd for it in first)
 
 
+async def test_domains_keep_only_their_items(services: dict[str, str], tmp_path: Path) -> None:
+    argv = ("--benchmark", "sim", "--strategy", "single:sim-math", "--limit", "6", "--pool", services["CONDUCTOR_POOL"],
+            "--domains", "mcq,code")  # fmt: skip
+    _, items, _ = await evaluate(tmp_path / "out", *argv)
+    assert len(items) == 6 and {it.domain for it in items} <= {"mcq", "code"}
+
+
 async def test_an_unreachable_service_stops_the_run_and_keeps_finished_items(env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "out"
     argv = ("--benchmark", "sim", "--strategy", "single:sim-math", "--pool", env["CONDUCTOR_POOL"])
@@ -82,6 +89,7 @@ async def test_an_unreachable_service_stops_the_run_and_keeps_finished_items(env
         (["--benchmark", "sim", "--strategy", "single:gpt-9"], "worker 'gpt-9' is not in the run's pool"),
         (["--benchmark", "aime25", "--data", "aime25=/nonexistent/aime.jsonl"], "does not exist"),
         (["--benchmark", "sim", "--pool-subset", "nobody"], "--pool-subset names worker"),
+        (["--benchmark", "sim,mmlu", "--domains", "math"], "--domains math: no items left in mmlu"),
     ],
 )
 def test_bad_input_exits_2_naming_it(argv: list[str], message: str, tmp_path: Path, capsys) -> None:
