@@ -15,6 +15,10 @@ to it, ``max`` messages within ``expires``. Liveness beats (conductor/liveness.p
 reply subject, one per beat period while a call runs, so ``max`` covers the longest call at the fastest beat a
 server sends (``MIN_BEAT_S``) and ``expires`` the longest call a role serves (``RESPONSE_WINDOW_S``).
 
+The learner takes training jobs from its own work-queue stream and publishes their progress; it alone writes
+policy versions (its Object Store ``CONDUCTOR_POLICIES``) and announces them. Planners read that bucket and hear
+the announcements, nothing more; clients may submit training jobs and follow their progress and the announcements.
+
 Never granted: ``>``, deleting a stream or bucket, purging one the role does not own (only the learner purges, the
 old chunks of its own object store), and consumers on another role's streams.
 """
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 
 from conductor.liveness import MIN_BEAT_S
 from schemas.contract import Event, RequestReply
+from schemas.learner import JOBS_CONSUMER, LEARNER_PROGRESS, POLICY_VERSIONS, TRAIN_SUBJECT
 from schemas.plan import PLAN
 from schemas.rollout import ROLLOUT
 from schemas.solve import PROGRESS, SOLVE
@@ -118,8 +123,10 @@ def _client(n: Names, p: str) -> Grant:
             n.submit_subject,
             *_kv_read(n.results_bucket),
             f"{API}.CONSUMER.INFO.{n.tasks_stream}.{INTAKE_CONSUMER}",  # `conductor status`: the intake's lag
+            p + TRAIN_SUBJECT,  # a training job (schemas/learner.py); the learner confines its output directory
         ),
-        subscribe=(_all(PROGRESS, p), _all(RESULTS, p)),  # result events are public: reading, never writing
+        # Result events, training progress and policy announcements are public: reading, never writing.
+        subscribe=(_all(PROGRESS, p), _all(RESULTS, p), _all(LEARNER_PROGRESS, p), _all(POLICY_VERSIONS, p)),
     )
 
 
@@ -153,9 +160,16 @@ def _executor(n: Names, p: str) -> Grant:
 
 
 def _planner(n: Names, p: str) -> Grant:
-    # The `worker:<name>` policy writes its workflow through the worker-adapter (planner/policies/worker.py).
-    window = RESPONSE_WINDOW_S["planner"]
-    return Grant(publish=(_subject(WORK, p),), subscribe=(_subject(PLAN, p),), window_s=window)
+    """The `worker:<name>` policy writes its workflow through the worker-adapter (planner/policies/worker.py); the
+    local backend reads policy versions (services/planner/versions.py): the bucket read-only, the announcements."""
+    versions = f"OBJ_{n.policies_bucket}"
+    return Grant(
+        # nats-py's Object Store reads (get, list) find the bucket's stream by subject: STREAM.NAMES answers with
+        # stream names only.
+        publish=(_subject(WORK, p), *_reads(versions), *_watch(versions), f"{API}.STREAM.NAMES"),
+        subscribe=(_subject(PLAN, p), _all(POLICY_VERSIONS, p)),
+        window_s=RESPONSE_WINDOW_S["planner"],
+    )
 
 
 def _worker_adapter(n: Names, p: str) -> Grant:
@@ -191,16 +205,26 @@ def _gateway(n: Names, p: str) -> Grant:
 
 
 def _learner(n: Names, p: str) -> Grant:
-    """Rollouts in, rewards out (schemas/rollout.py); policy versions in its own Object Store."""
-    bucket, stream = n.policies_bucket, f"OBJ_{n.policies_bucket}"
+    """Training jobs from its durable work queue (schemas/learner.py), their progress out; rollouts in, rewards out
+    (schemas/rollout.py); policy versions in its own Object Store, announced."""
+    bucket, stream, jobs = n.policies_bucket, f"OBJ_{n.policies_bucket}", n.learner_jobs_stream
     return Grant(
         publish=(
             _subject(ROLLOUT, p),
             f"{API}.INFO",
+            *_stream(jobs, "CREATE", "UPDATE", "INFO"),
+            f"{API}.CONSUMER.DURABLE.CREATE.{jobs}.{JOBS_CONSUMER}",
+            f"{API}.CONSUMER.CREATE.{jobs}.{JOBS_CONSUMER}",
+            f"{API}.CONSUMER.CREATE.{jobs}.{JOBS_CONSUMER}.>",
+            f"{API}.CONSUMER.INFO.{jobs}.{JOBS_CONSUMER}",
+            f"{API}.CONSUMER.MSG.NEXT.{jobs}.{JOBS_CONSUMER}",
+            f"$JS.ACK.{jobs}.>",  # acks, naks and in-progress marks while a job trains
+            _all(LEARNER_PROGRESS, p),
             *_stream(stream, "CREATE", "UPDATE", "PURGE"),  # replacing an object purges its old chunks
             *_reads(stream),
             *_watch(stream),
             f"$O.{bucket}.>",
+            _all(POLICY_VERSIONS, p),
         ),
         subscribe=(),
     )

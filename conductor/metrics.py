@@ -22,6 +22,7 @@ from prometheus_client import (
     Gauge,
     GCCollector,
     Histogram,
+    Info,
     PlatformCollector,
     ProcessCollector,
     generate_latest,
@@ -228,3 +229,27 @@ def gateway_usage(key: str, usage: Usage) -> None:
         _series(GATEWAY_COST, key).inc(usage.cost_usd)
     if usage.calls:
         _series(GATEWAY_CALLS, key).inc(usage.calls)
+
+
+# Policy versions (services/planner/versions.py): which one a planner's local backend serves, and every attempt to
+# load one. The info's labels are replaced on each load (one series), outcomes are VersionError reasons.
+POLICY_VERSION = Info(
+    "conductor_policy_version",
+    "The policy version the planner's local backend serves: its name, base fingerprint and object sha256 "
+    "(version empty: the base model, with CONDUCTOR_POLICY_ADAPTER if set).",
+    registry=REGISTRY,
+)
+POLICY_VERSION_LOADS = _counter(
+    "conductor_policy_version_loads",
+    "Policy versions a planner tried to load: ok, or the reason it refused one (missing, too_large, corrupt, "
+    "wrong_base, unavailable, load_failed).",
+    ["outcome"],
+)
+
+
+def policy_version_served(version: str, base: str, sha256: str) -> None:
+    POLICY_VERSION.info({"version": version, "base": base, "sha256": sha256})
+
+
+def policy_version_load(outcome: str) -> None:
+    _series(POLICY_VERSION_LOADS, outcome).inc()

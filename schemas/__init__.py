@@ -11,11 +11,13 @@ Schema evolution rules (checked by the golden-payload tests in tests/schemas):
 6. Enumerated string values (error codes, outcomes) gain members only.
 """
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """2: ``WorkReply.faults`` (failed tries by ``FaultReason``), ``SolveRequest.progress``; ``WorkRequest.idempotent``
 also landed after the v1 golden payloads.
 3: ``TaskCheckpoint.schema_version`` (stored checkpoints carry their format version, as results do) and its
 ``started_at``/``failing_since``/``failing_progress`` (the retry horizon across redeliveries); bounds on
 request fields (``msgspec.Meta``: non-blank question, ``max_steps`` >= 1, positive budget limits, ...) that the
 services already enforced by hand, so every payload they accepted still decodes.
-4: the rollout subject (``schemas/rollout.py``: ``RolloutBatch`` in, ``RolloutBatchResult`` out)."""
+4: the rollout subject (``schemas/rollout.py``: ``RolloutBatch`` in, ``RolloutBatchResult`` out).
+5: the learner's subjects in the catalog (``schemas/learner.py``: ``TrainJob``, ``TrainProgress``) and policy
+versions (``PolicyVersion``, announced on ``conductor.learner.policy.<run>``)."""

@@ -9,7 +9,7 @@ list it in ``EVENTS``.
 from __future__ import annotations
 
 from schemas.contract import Event, RequestReply
-from schemas.learner import LEARNER_PROGRESS
+from schemas.learner import LEARNER_PROGRESS, POLICY_VERSIONS
 from schemas.plan import PLAN
 from schemas.rollout import ROLLOUT
 from schemas.solve import PROGRESS, SOLVE
@@ -21,5 +21,5 @@ REQUEST_REPLY: tuple[RequestReply, ...] = (SOLVE, ROLLOUT, PLAN, WORK, VERIFY)
 """Ordered as the AsyncAPI document lists them: the public subject first, the learner's next, then the internal
 ones."""
 
-EVENTS: tuple[Event, ...] = (PROGRESS, RESULTS, LEARNER_PROGRESS)
+EVENTS: tuple[Event, ...] = (PROGRESS, RESULTS, LEARNER_PROGRESS, POLICY_VERSIONS)
 """Subjects services publish to without a reply."""

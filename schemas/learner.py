@@ -1,17 +1,19 @@
-"""Learner subjects: training jobs in (durable), progress out (docs/learner.md).
+"""Learner subjects: training jobs in (durable), progress out, policy versions announced (docs/learner.md).
 
 A job is the TOML text of a learner config (services/learner/config.py) — the same file `conductor train --config`
 reads — so a job on the bus and a run on a terminal train identically. Jobs go to a JetStream work-queue stream and
 are taken by the learner's durable consumer one at a time (a learner owns its accelerators); a job whose learner
 dies is redelivered and resumes from its last checkpoint. Progress is a plain event per job.
 
-Not yet in ``schemas.catalog`` (nor the AsyncAPI document, nor conductor/access.py's learner grant): see
-docs/learner.md, "Integration left".
+A policy version is a peft LoRA adapter directory on a base model, packed as one object in the JetStream Object
+Store bucket ``CONDUCTOR_POLICIES`` (schemas.tasks.POLICIES_BUCKET) with its ``PolicyVersion`` as the object's
+description, then announced with the same ``PolicyVersion`` on ``conductor.learner.policy.<run>``
+(conductor/policy_versions.py packs, stores and verifies; the planner's local backend hot-loads it).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -52,4 +54,43 @@ LEARNER_PROGRESS: Event[TrainProgress] = Event(
     payload=TrainProgress,
     description="A training job's progress (learner -> anyone): per stage and GRPO step, then a final done event.",
     parameters={"job_id": "The job's id."},
+)
+
+
+POLICY_SUBJECT_PREFIX = "conductor.learner.policy"
+
+Sha256 = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
+class PolicyVersion(msgspec.Struct, frozen=True, kw_only=True):
+    """One policy version: what the Object Store keeps beside the packed adapter and what the announcement says.
+
+    ``base`` is the fingerprint of the base model's weights (conductor/policy_versions.py ``fingerprint``): a
+    planner applies the adapter only to a base with the same fingerprint. ``sha256`` and ``size`` are the packed
+    object's, checked after every download."""
+
+    version: Annotated[str, Meta(min_length=3, max_length=256, pattern=r"^.+@\d+$",
+                                 description="`<run>@<step>`: the name rollouts record as their policy_version.")]
+    run: Annotated[str, Meta(min_length=1, max_length=200)]
+    step: Annotated[int, Meta(ge=0)]
+    object: Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[-/_=.A-Za-z0-9]+$",
+                                description="The object's name in the bucket.")]
+    base: Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$", description="The base model's fingerprint.")]
+    base_name: str = ""  # where the learner's base model came from (a path or model id), for people
+    sha256: Sha256
+    size: Annotated[int, Meta(ge=0, description="Bytes of the packed object.")]
+    created: Annotated[float, Meta(description="Unix seconds at publication.")]
+    format: Literal["peft-lora"] = "peft-lora"  # a tar of a peft adapter directory (adapter_config.json + weights)
+    rank: int | None = None
+
+
+POLICY_VERSIONS: Event[PolicyVersion] = Event(
+    title="policy-versions",
+    address=POLICY_SUBJECT_PREFIX + ".{run}",
+    payload=PolicyVersion,
+    description="A new policy version (learner -> planners): the packed adapter is already in the Object Store "
+    "bucket CONDUCTOR_POLICIES under `object`; a planner watching versions downloads it, checks its sha256 and base "
+    "fingerprint and hot-loads it.",
+    parameters={"run": "The run's name as one subject token (characters other than letters, digits, - and _ "
+                "become _)."},
 )

@@ -17,6 +17,7 @@ import msgspec
 from schemas import SCHEMA_VERSION
 from schemas.contract import Event
 from schemas.errors import ErrorInfo
+from schemas.learner import JOBS_STREAM
 from schemas.plan import PriorRound, Workflow
 from schemas.solve import RoundRecord, SolveRequest, SolveResult
 from schemas.usage import Usage
@@ -111,6 +112,7 @@ class Names(msgspec.Struct, frozen=True, kw_only=True):
     cache_bucket: str = CACHE_BUCKET
     limits_bucket: str = LIMITS_BUCKET
     policies_bucket: str = POLICIES_BUCKET
+    learner_jobs_stream: str = JOBS_STREAM
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Names:
@@ -130,6 +132,7 @@ class Names(msgspec.Struct, frozen=True, kw_only=True):
             cache_bucket=CACHE_BUCKET + suffix,
             limits_bucket=LIMITS_BUCKET + suffix,
             policies_bucket=POLICIES_BUCKET + suffix,
+            learner_jobs_stream=JOBS_STREAM + suffix,
         )
 
     def result_subject(self, task_id: str) -> str:

@@ -26,3 +26,12 @@ def nats_url(nats_server: NatsServer) -> str:
 def subject_prefix() -> str:
     """Each test gets its own subject namespace so tests never see each other's messages."""
     return f"t{uuid.uuid4().hex[:10]}."
+
+
+@pytest.fixture(scope="session")
+def tiny_adapters(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny base model and two LoRA adapters on it that generate differently (tests/adapters.py): the policy
+    versions of the learner, planner and access tests."""
+    from tests.adapters import Adapters
+
+    return Adapters(tmp_path_factory.mktemp("adapters"))

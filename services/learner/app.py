@@ -8,6 +8,12 @@ resumes it from the last checkpoint (a job always runs with ``resume``: its outp
 
 Outcomes: finished → ack; a malformed config or a run that cannot start → error event, ack (deterministic, never
 retried); rollouts unavailable or a verifier storm → error event, nak with a delay (transient: resumes later).
+
+A finished job's policy is then shipped (``release``, services/learner/versions.py): its adapter (when the config
+exports one, ``output.adapter_rank``) is published as a policy version, and the vLLM policy server is brought to it
+— the adapter loaded at run time (``CONDUCTOR_POLICY_RUNTIME_LORA``), or its Deployment rolled to the full
+checkpoint (``CONDUCTOR_POLICY_DEPLOYMENT``). A release that fails on NATS is retried with the job (which resumes
+with every stage done); a refused roll or load is reported in the final event.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
 
 import msgspec
 import structlog
@@ -25,31 +33,123 @@ from nats.js.api import RetentionPolicy, StorageType
 from conductor.access import inbox_prefix
 from conductor.credentials import user_of
 from conductor.endpoints import Requester
-from conductor.settings import CommonSettings
+from conductor.kube import KubeError, api_client, roll_policy_server, wait_rolled
+from conductor.policy_versions import DEFAULT_MAX_BYTES, MAX_BYTES, VersionError
+from conductor.settings import CommonSettings, Count, Env, NonNegative, PositiveSeconds, SettingsError, read
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.learner import (
     JOBS_CONSUMER,
-    JOBS_STREAM,
     LEARNER_PROGRESS,
     TRAIN_SUBJECT,
     TrainJob,
     TrainProgress,
 )
-from services.learner.config import ConfigError, parse_config
+from schemas.tasks import Names
+from services.learner.config import ConfigError, LearnerConfig, parse_config
 from services.learner.rollouts import RolloutClient, RolloutError, nats_transport
+from services.learner.versions import PolicyServerError, finished_policy, load_runtime_lora, publish_adapter
 
 log = structlog.get_logger("conductor.learner")
 
 ACK_WAIT_S = 60.0
 PULL_EXPIRY_S = 5.0
 RETRY_DELAY_S = 30.0
+ROLL_POLL_S = 5.0  # how often a roll's progress is read (vLLM pods take minutes to load a checkpoint)
 
 
 class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """The learner service reads only the common settings: everything about a run (model, stages, GRPO, output
-    directory) is in the job's config file (services/learner/config.py), so one learner can run any job."""
+    """Everything about a run (model, stages, GRPO, output directory) is in the job's config file
+    (services/learner/config.py), so one learner can run any job; these say where runs live and how a finished
+    job's policy is shipped."""
 
     common: CommonSettings = CommonSettings()
+    checkpoint_dir: Annotated[
+        Path | None,
+        Env(
+            "CONDUCTOR_LEARNER_CHECKPOINT_DIR",
+            "Where jobs' runs live: a job's relative output directory is placed under it, and one outside it is "
+            "refused. The chart mounts the checkpoint volume here, and read-only at the same path in the policy "
+            "vLLM server, so a checkpoint or adapter path means the same file in both.",
+        ),
+    ] = None
+    publish: Annotated[
+        bool,
+        Env(
+            "CONDUCTOR_LEARNER_PUBLISH",
+            "Publish a finished job's adapter (its config's `output.adapter_rank` > 0) as a policy version: the "
+            "Object Store bucket CONDUCTOR_POLICIES, then an announcement to the planners.",
+        ),
+    ] = True
+    version_max_bytes: Annotated[Count, MAX_BYTES] = DEFAULT_MAX_BYTES
+    policies_max_bytes: Annotated[
+        NonNegative,
+        Env(
+            "CONDUCTOR_POLICIES_MAX_BYTES",
+            "Size limit of the policy-version bucket when the learner creates it (every version is kept; a full "
+            "bucket refuses new ones); 0: only the server's JetStream limits. An existing bucket keeps its own.",
+        ),
+    ] = 0
+    policy_deployment: Annotated[
+        str | None,
+        Env(
+            "CONDUCTOR_POLICY_DEPLOYMENT",
+            "The policy vLLM Deployment to roll to a finished job's full checkpoint (conductor/kube.py) when "
+            "run-time LoRA loading is off; unset: no roll. The chart sets it when `learner.rollPolicyServer`.",
+        ),
+    ] = None
+    kube_namespace: Annotated[
+        str | None,
+        Env("CONDUCTOR_KUBE_NAMESPACE", "The namespace of CONDUCTOR_POLICY_DEPLOYMENT (the chart: the learner's own)."),
+    ] = None
+    kubeconfig: Annotated[
+        Path | None,
+        Env(
+            "CONDUCTOR_KUBECONFIG",
+            "A kubeconfig for the roll; unset: the pod's service account inside a cluster, else KUBECONFIG or "
+            "~/.kube/config.",
+        ),
+    ] = None
+    roll_timeout_s: Annotated[
+        PositiveSeconds,
+        Env(
+            "CONDUCTOR_POLICY_ROLL_TIMEOUT_S",
+            "How long the learner waits for every policy server replica to run a rolled checkpoint.",
+        ),
+    ] = 1800.0
+    runtime_lora: Annotated[
+        bool,
+        Env(
+            "CONDUCTOR_POLICY_RUNTIME_LORA",
+            "The policy vLLM server loads LoRA adapters at run time (`--enable-lora`, "
+            "`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`): a finished job's adapter is POSTed to its "
+            "`/v1/load_lora_adapter` instead of rolling the Deployment.",
+        ),
+    ] = False
+    policy_server_url: Annotated[
+        str | None,
+        Env(
+            "CONDUCTOR_POLICY_SERVER_URL",
+            "The policy vLLM server's base URL (`http://host:8000`), for run-time LoRA loading.",
+        ),
+    ] = None
+    lora_name: Annotated[
+        str,
+        msgspec.Meta(pattern=r"^[A-Za-z0-9_.:-]+$"),
+        Env(
+            "CONDUCTOR_POLICY_LORA_NAME",
+            "The model name a run-time-loaded adapter is served under (the planner's `openai:<name>`); each new "
+            "version replaces it.",
+        ),
+    ] = "conductor"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LearnerSettings:
+        settings = read(cls, env)
+        if settings.runtime_lora and not settings.policy_server_url:
+            raise SettingsError("CONDUCTOR_POLICY_RUNTIME_LORA is on but CONDUCTOR_POLICY_SERVER_URL is not set")
+        if settings.policy_deployment and not settings.kube_namespace:
+            raise SettingsError("CONDUCTOR_POLICY_DEPLOYMENT is set but CONDUCTOR_KUBE_NAMESPACE is not")
+        return settings
 
 
 class LearnerService:
@@ -62,10 +162,9 @@ class LearnerService:
         self.router = NatsRouter()
         self._broker: NatsBroker | None = None
         p = common.subject_prefix
-        tag = "".join(c if c.isalnum() else "_" for c in p.strip(".")).upper()
         self.router.subscriber(
             p + TRAIN_SUBJECT,
-            stream=JStream(JOBS_STREAM + (f"_{tag}" if tag else ""), subjects=[p + TRAIN_SUBJECT],
+            stream=JStream(Names.for_prefix(p).learner_jobs_stream, subjects=[p + TRAIN_SUBJECT],
                            retention=RetentionPolicy.WORK_QUEUE, storage=StorageType.FILE),
             durable=JOBS_CONSUMER,
             pull_sub=PullSub(batch_size=1, timeout=PULL_EXPIRY_S),  # one job at a time; replicas share the queue
@@ -106,9 +205,7 @@ class LearnerService:
         loop = asyncio.get_running_loop()
         error: ErrorInfo | None = None
         try:
-            config = parse_config(job.config)
-            if job.output_dir:
-                config = msgspec.structs.replace(config, output=msgspec.structs.replace(config.output, dir=job.output_dir))
+            config = self.placed(parse_config(job.config), job.output_dir)
             assert self._broker is not None
             client = RolloutClient(nats_transport(Requester(self._broker.connection), self.common.subject_prefix),
                                    config.rollout)  # fmt: skip
@@ -124,6 +221,7 @@ class LearnerService:
             from services.learner.pipeline import run
 
             await asyncio.to_thread(run, config, score, resume=True, progress=progress)
+            error = await self.release(job.job_id, config)
         except ConfigError as exc:
             error = ErrorInfo(code=ErrorCode.BAD_REQUEST, message=str(exc), field="config")
         except RolloutError as exc:
@@ -133,6 +231,65 @@ class LearnerService:
             error = ErrorInfo(code=ErrorCode.INTERNAL, message=f"training failed: {type(exc).__name__}: {exc}"[:500])
         await self._publish(TrainProgress(job_id=job.job_id, stage="done", done=True, error=error))
         return error
+
+    def placed(self, config: LearnerConfig, output_dir: str | None) -> LearnerConfig:
+        """The config with its output directory under ``CONDUCTOR_LEARNER_CHECKPOINT_DIR`` (a job may not write
+        elsewhere: its directory is rolled out to the policy server); ``ConfigError`` when it would leave it."""
+        out = Path(output_dir or config.output.dir)
+        root = self.settings.checkpoint_dir
+        if root is not None:
+            placed = (root / out).resolve()  # an absolute ``out`` stays itself
+            if not placed.is_relative_to(root.resolve()):
+                raise ConfigError(f"output.dir: {out} is outside CONDUCTOR_LEARNER_CHECKPOINT_DIR ({root})")
+            out = placed
+        return msgspec.structs.replace(config, output=msgspec.structs.replace(config.output, dir=str(out)))
+
+    async def release(self, job_id: str, config: LearnerConfig) -> ErrorInfo | None:
+        """Ship the run's finished policy: publish its adapter as a version, then bring the vLLM policy server to it
+        (run-time LoRA load, or a roll of its Deployment). The error that stopped it, if any."""
+        s, final = self.settings, finished_policy(config)
+        if final is None:
+            log.info("nothing to ship: the run trained no model", job_id=job_id)
+            return None
+        version = f"{config.name}@{final.step}"
+        try:
+            if s.publish and final.adapter is not None:
+                assert self._broker is not None
+                published = await publish_adapter(
+                    self._broker.connection, final.adapter, base_dir=config.model_dir(), run=config.name,
+                    step=final.step, prefix=self.common.subject_prefix, max_bytes=s.version_max_bytes,
+                    bucket_max_bytes=s.policies_max_bytes,
+                )  # fmt: skip
+                await self._publish(TrainProgress(job_id=job_id, stage="publish", step=1, total=1,
+                                                  figures={"bytes": float(published.size)}))  # fmt: skip
+            elif s.publish:
+                log.info("no adapter to publish (output.adapter_rank = 0)", job_id=job_id, version=version)
+            if s.runtime_lora:
+                if final.adapter is None:
+                    raise PolicyServerError("run-time LoRA loading needs the run's adapter: set output.adapter_rank")
+                assert s.policy_server_url is not None
+                await load_runtime_lora(s.policy_server_url, s.lora_name, str(final.adapter.resolve()))
+            elif s.policy_deployment:
+                await asyncio.to_thread(self._roll, str(final.model.resolve()), version)
+                await self._publish(TrainProgress(job_id=job_id, stage="roll", step=1, total=1))
+        except VersionError as exc:
+            retry = exc.reason == "unavailable"
+            code = ErrorCode.UNAVAILABLE if retry else ErrorCode.BAD_REQUEST
+            return ErrorInfo(code=code, message=f"publishing {version}: {exc}", retryable=retry)
+        except (KubeError, PolicyServerError) as exc:
+            log.error("the policy server was not brought to the new policy", job_id=job_id, version=version,
+                      error=str(exc))  # fmt: skip
+            return ErrorInfo(code=ErrorCode.UNAVAILABLE, message=f"shipping {version}: {exc}"[:500])
+        return None
+
+    def _roll(self, model: str, version: str) -> None:
+        s = self.settings
+        assert s.policy_deployment is not None and s.kube_namespace is not None
+        api = api_client(str(s.kubeconfig) if s.kubeconfig else None)
+        generation = roll_policy_server(api, s.kube_namespace, s.policy_deployment, model, version)
+        log.info("policy server rolling", deployment=s.policy_deployment, model=model, version=version)
+        wait_rolled(api, s.kube_namespace, s.policy_deployment, generation, s.roll_timeout_s, ROLL_POLL_S)
+        log.info("policy server rolled", deployment=s.policy_deployment, version=version)
 
     async def _publish(self, event: TrainProgress) -> None:
         if self._broker is not None:
@@ -147,4 +304,4 @@ async def _keep_alive(msg: NatsMessage) -> None:
 
 
 def create_service(env: Mapping[str, str] | None = None) -> LearnerService:
-    return LearnerService(LearnerSettings(common=CommonSettings.from_env(env)))
+    return LearnerService(LearnerSettings.from_env(env))

@@ -14,21 +14,27 @@ from schemas.plan import PLAN, PlanReply, PlanRequest
 from schemas.work import WORK, WorkReply, WorkRequest
 from services.planner.config import PlannerSettings, build_policy
 from services.planner.core import Planner
+from services.planner.policies.local import LocalPolicy
 from services.planner.policies.worker import WorkerPolicy
 from services.planner.policy import Policy, PolicyError
+from services.planner.versions import VersionWatcher
 
 log = structlog.get_logger("conductor.planner")
 
 
 class PlannerService:
     """``policy`` is the model policy backend (``build_policy`` from the settings, or a ``ScriptedPolicy`` in tests);
-    None when the configured policy is a baseline."""
+    None when the configured policy is a baseline. A local policy with ``CONDUCTOR_POLICY_VERSIONS`` set gets a
+    ``VersionWatcher`` (services/planner/versions.py) that hot-loads published policy versions into it."""
 
     name = "planner"
 
     def __init__(self, settings: PlannerSettings, *, policy: Policy | None = None) -> None:
         self.settings = settings
         self._policy = policy
+        self.versions = (
+            VersionWatcher(policy, settings) if isinstance(policy, LocalPolicy) and settings.versions != "off" else None
+        )
         self.planner = Planner(settings, policy, worker_policy=self._worker_policy)
         self._requester: Requester | None = None
         self.router = NatsRouter()
@@ -53,10 +59,15 @@ class PlannerService:
     async def start(self, broker: NatsBroker) -> None:
         if broker.connection is not None:  # None on FastStream's in-memory test broker
             self._requester = Requester(broker.connection)
+            if self.versions is not None:
+                await self.versions.start(broker.connection)
         log.info("planner ready", policy=self._policy.name if self._policy else self.settings.policy,
-                 fallback=self.settings.fallback, resamples=self.settings.resamples)  # fmt: skip
+                 fallback=self.settings.fallback, resamples=self.settings.resamples,
+                 versions=self.settings.versions if self.versions else None)  # fmt: skip
 
     async def stop(self) -> None:
+        if self.versions is not None:
+            await self.versions.stop()
         if self._policy is not None:
             await self._policy.aclose()
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
 
+from conductor.policy_versions import DEFAULT_MAX_BYTES, MAX_BYTES
 from conductor.settings import (
     MAX_STEPS_CAP,
     CommonSettings,
@@ -48,6 +50,11 @@ type, under the name the planner's callers know)."""
 def _fallback(raw: str) -> str | None:
     value = raw.strip()
     return None if value.lower() == "none" else value
+
+
+def _versions(raw: str) -> str:
+    value = raw.strip()
+    return value.lower() if value.lower() in ("off", "watch") else value  # a pinned version keeps its case
 
 
 class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +103,26 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
         NonNegative, Env("CONDUCTOR_POLICY_MAX_RETRIES", "The `openai` SDK's own retries of a policy request.")
     ] = 2
     max_steps_cap: Annotated[Count, MAX_STEPS_CAP] = 10
+    adapter: Annotated[
+        Path | None,
+        Env(
+            "CONDUCTOR_POLICY_ADAPTER",
+            "A peft LoRA adapter directory merged into a `local:` policy's base model at its first load (an exported "
+            "adapter, services/learner/export.py); a policy version loaded later replaces it.",
+        ),
+    ] = None
+    versions: Annotated[
+        str,
+        msgspec.Meta(pattern=r"^(off|watch|.+@\d+)$"),
+        Env(
+            "CONDUCTOR_POLICY_VERSIONS",
+            "Policy versions for a `local:` policy (services/planner/versions.py): `off`; `watch` loads the newest "
+            "version in the bucket for this base at start-up, then each one announced, without a restart; "
+            "`<run>@<step>` loads that version only (at start-up, or when it is announced).",
+            parse=_versions,
+        ),
+    ] = "off"
+    version_max_bytes: Annotated[Count, MAX_BYTES] = DEFAULT_MAX_BYTES
 
     @property
     def policy_kind(self) -> str:
@@ -124,6 +151,11 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
                 parse_baseline(self.fallback)
         except BaselineError as exc:
             raise ConfigError(f"CONDUCTOR_POLICY / CONDUCTOR_PLANNER_FALLBACK: {exc}") from exc
+        if self.policy_kind != "local" and (self.versions != "off" or self.adapter is not None):
+            # A vLLM policy server gets its versions from the learner (run-time LoRA loading or a roll-out).
+            raise ConfigError(
+                f"CONDUCTOR_POLICY_VERSIONS / CONDUCTOR_POLICY_ADAPTER apply to a `local:` policy, not {self.policy!r}"
+            )
 
 
 def build_policy(settings: PlannerSettings, env: Mapping[str, str] | None = None) -> Policy | None:
@@ -140,7 +172,7 @@ def build_policy(settings: PlannerSettings, env: Mapping[str, str] | None = None
                 name=settings.policy,
             )
         case "local":
-            return LocalPolicy(settings.policy_arg, name=settings.policy)
+            return LocalPolicy(settings.policy_arg, name=settings.policy, adapter=settings.adapter)
         case "baseline":
             return None
         case kind:

@@ -74,6 +74,20 @@ FORGED = SolveResult(task_id="", answer="forged")
         ("client", "publish", "$JS.API.STREAM.DELETE.CONDUCTOR_TASKS"),
         ("client", "publish", "$JS.API.CONSUMER.DELETE.CONDUCTOR_TASKS.executor"),
         ("executor", "publish", "$JS.API.STREAM.DELETE.CONDUCTOR_TASKS"),
+        # policy versions: only the learner writes the bucket and announces; planners only read (issue 12, item 6)
+        ("worker-adapter", "publish", "$O.CONDUCTOR_POLICIES.C.forged"),
+        ("planner", "publish", "$O.CONDUCTOR_POLICIES.M.Zm9yZ2Vk"),
+        ("client", "publish", "$O.CONDUCTOR_POLICIES.M.Zm9yZ2Vk"),
+        ("planner", "publish", "$JS.API.STREAM.PURGE.OBJ_CONDUCTOR_POLICIES"),
+        ("learner", "publish", "$JS.API.STREAM.DELETE.OBJ_CONDUCTOR_POLICIES"),
+        ("planner", "publish", "conductor.learner.policy.run"),
+        ("client", "publish", "conductor.learner.policy.run"),
+        ("executor", "publish", "conductor.learner.policy.run"),
+        # training jobs: a forged progress or done event, reading others' job configs, taking a job, submitting one
+        ("client", "publish", "conductor.learner.progress.j-1"),
+        ("client", "subscribe", "conductor.learner.train"),
+        ("planner", "publish", "$JS.API.CONSUMER.MSG.NEXT.CONDUCTOR_LEARNER_JOBS.learner"),
+        ("worker-adapter", "publish", "conductor.learner.train"),
     ],
 )
 async def test_the_server_refuses(secured, user, action, subject):

@@ -42,7 +42,7 @@ EXAMPLES = {
     "CONDUCTOR_METRICS_HOST": "127.0.0.1",
     "CONDUCTOR_GC": "1000,5,5",
     "CONDUCTOR_EVENT_LOOP": "asyncio",
-    "CONDUCTOR_POLICY": "openai:conductor-7b",
+    "CONDUCTOR_POLICY": "local:/models/conductor",  # policy versions and an adapter apply to a local policy only
     "CONDUCTOR_POLICY_BASE_URL": "http://127.0.0.1:8000/v1",
     "CONDUCTOR_POLICY_API_KEY_ENV": "TEST_POLICY_KEY",
     "CONDUCTOR_PLANNER_FALLBACK": "single",
@@ -53,6 +53,14 @@ EXAMPLES = {
     "CONDUCTOR_SANDBOX_HIDE": "/a:/b",
     "CONDUCTOR_SANDBOX_PRELOAD": "json,re",
     "CONDUCTOR_GATEWAY_HOST": "0.0.0.0",
+    "CONDUCTOR_POLICY_ADAPTER": "/models/conductor-adapter",
+    "CONDUCTOR_POLICY_VERSIONS": "watch",
+    "CONDUCTOR_LEARNER_CHECKPOINT_DIR": "/checkpoints",
+    "CONDUCTOR_POLICY_DEPLOYMENT": "rel-conductor-vllm-policy",
+    "CONDUCTOR_KUBE_NAMESPACE": "ai",
+    "CONDUCTOR_KUBECONFIG": "/etc/kube/config",
+    "CONDUCTOR_POLICY_SERVER_URL": "http://rel-conductor-vllm-policy:8000",
+    "CONDUCTOR_POLICY_LORA_NAME": "conductor-policy",
 }
 """Values for settings whose type gives no obvious non-default example (strings, paths, lists)."""
 

@@ -12,6 +12,7 @@ import yaml
 from conductor.access import RESPONSE_WINDOW_S, chart_values
 from conductor.liveness import MIN_BEAT_S
 from conductor.probes import ProbeServer
+from schemas.learner import POLICY_SUBJECT_PREFIX, TRAIN_SUBJECT
 from schemas.plan import PLAN_SUBJECT
 from schemas.rollout import ROLLOUT_SUBJECT
 from schemas.solve import PROGRESS_SUBJECT_PREFIX, SOLVE_SUBJECT
@@ -244,7 +245,12 @@ def test_helm_test_solves_through_the_services_as_the_client_user():
 def test_service_permissions_follow_the_subjects_in_schemas():
     auth = named(rendered("default"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
     users = _parse_users(auth)
-    assert users["planner"]["subscribe"] == [PLAN_SUBJECT, "_INBOX.planner.>"]
+    assert users["planner"]["subscribe"] == [PLAN_SUBJECT, f"{POLICY_SUBJECT_PREFIX}.>", "_INBOX.planner.>"]
+    assert not any(s.startswith("$O.") for s in users["planner"]["publish"])  # policy versions: read-only
+    learner = _parse_users(named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"])
+    assert f"{POLICY_SUBJECT_PREFIX}.>" in learner["learner"]["publish"]
+    assert learner["learner"]["subscribe"] == ["_INBOX.learner.>"]
+    assert TRAIN_SUBJECT in users["client"]["publish"]
     assert users["worker-adapter"]["subscribe"] == [WORK_SUBJECT, "_INBOX.worker-adapter.>"]
     assert users["verifier"] == {"publish": [], "subscribe": [VERIFY_SUBJECT, "_INBOX.verifier.>"]}
     assert users["executor"]["subscribe"] == [SOLVE_SUBJECT, ROLLOUT_SUBJECT, "_INBOX.executor.>"]

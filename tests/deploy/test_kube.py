@@ -187,3 +187,60 @@ async def test_intake_lag_from_the_executor_consumer(nats_url, subject_prefix, k
     await asyncio.to_thread(run)
     assert json.loads(out.getvalue())["intake"] == {"stream": names.tasks_stream, "pending": 3, "in_flight": 0,
                                                     "redelivered": 0}
+
+
+def _finished_run(root, steps: int = 12):
+    """A run directory as the pipeline leaves it after GRPO (no training here: the roll needs only the paths)."""
+    import msgspec
+
+    from services.learner.config import OutputSection, parse_config
+
+    out = root / "jobs" / "j-7"
+    (out / "policy").mkdir(parents=True)
+    (out / "stages.json").write_text(json.dumps({"base": {}, "grpo": {"policy": str(out / "policy")}}))
+    config = parse_config(f'name = "smollm2-sim"\n[model]\nsource = "tiny"\n[grpo]\nsteps = {steps}\n')
+    return msgspec.structs.replace(config, output=OutputSection(dir=str(out))), out
+
+
+def _learner(kubeconfig, root, **extra):
+    from services.learner.app import create_service
+
+    env = {"CONDUCTOR_LEARNER_CHECKPOINT_DIR": str(root), "CONDUCTOR_POLICY_DEPLOYMENT": POLICY,
+           "CONDUCTOR_KUBE_NAMESPACE": NAMESPACE, "CONDUCTOR_KUBECONFIG": kubeconfig, **extra}  # fmt: skip
+    return create_service(env)
+
+
+async def test_the_learner_rolls_the_policy_server_to_a_finished_jobs_checkpoint(cluster, kubeconfig, tmp_path,
+                                                                                  monkeypatch):  # fmt: skip
+    """Issue 13, item 5: after a job, with run-time LoRA loading off, the learner points the chart's policy vLLM
+    Deployment at the job's full checkpoint through the real kubernetes client, and waits for the rollout."""
+    import asyncio
+
+    from services.learner import app
+
+    monkeypatch.setattr(app, "ROLL_POLL_S", 0.05)
+    config, out = _finished_run(tmp_path)
+    svc = _learner(kubeconfig, tmp_path)
+    release = asyncio.create_task(svc.release("j-7", config))
+    patch = ("PATCH", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{POLICY}", STRATEGIC)
+    for _ in range(200):
+        if patch in cluster.requests:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.3)
+    assert not release.done(), "the learner waits for the controller to roll the pods"
+    cluster.complete_rollout(NAMESPACE, POLICY)
+    assert await asyncio.wait_for(release, 10) is None
+    dep = cluster.get(NAMESPACE, "deployments", POLICY)
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["POLICY_MODEL"] == str((out / "policy").resolve())  # the same path in the policy pod's mount
+    assert dep["spec"]["template"]["metadata"]["annotations"]["conductor.io/policy-version"] == "smollm2-sim@12"
+
+
+async def test_a_refused_roll_is_the_jobs_error(cluster, kubeconfig, tmp_path):
+    cluster.forbidden.add(POLICY)
+    config, _ = _finished_run(tmp_path)
+    error = await _learner(kubeconfig, tmp_path).release("j-8", config)
+    assert error is not None and error.code == "unavailable" and "403" in error.message and not error.retryable
+    assert cluster.get(NAMESPACE, "deployments", POLICY)["metadata"]["generation"] == 1

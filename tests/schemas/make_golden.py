@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 
 from schemas.errors import ErrorCode, ErrorInfo
+from schemas.learner import PolicyVersion, TrainJob, TrainProgress
 from schemas.plan import PlanReply, PlanRequest, PriorRound, WorkerCard, Workflow
 from schemas.rollout import Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
 from schemas.solve import Budget, ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
@@ -154,6 +155,16 @@ PAYLOADS: dict[str, object] = {
     ),
     "rollout_batch_result_error_v4": RolloutBatchResult(
         error=ErrorInfo(code=ErrorCode.BAD_REQUEST, message="unknown worker 'x'", field="rollouts[1].pool[0]")
+    ),
+    "train_job_v5": TrainJob(job_id="j-1", config='name = "tiny-sim"\n[grpo]\nsteps = 60\n', output_dir="runs/j-1"),
+    "train_progress_v5": TrainProgress(job_id="j-1", stage="grpo", step=20, total=60, figures={"reward": 0.71}),
+    "train_progress_done_v5": TrainProgress(
+        job_id="j-1", stage="done", done=True,
+        error=ErrorInfo(code=ErrorCode.BAD_REQUEST, message="grpo.generations: Expected `int` >= 2", field="config"),
+    ),
+    "policy_version_v5": PolicyVersion(
+        version="tiny-sim@60", run="tiny-sim", step=60, object="tiny-sim/60", base="sha256:" + "3" * 64,
+        base_name="runs/tiny-sim/base-model", sha256="4" * 64, size=20480, created=1795500000.5, rank=8,
     ),
     "dead_letter_v1": DeadLetter(
         task_id="t-1",

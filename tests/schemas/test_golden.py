@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from schemas.learner import PolicyVersion, TrainJob, TrainProgress
 from schemas.plan import PlanReply, PlanRequest
 from schemas.rollout import RolloutBatch, RolloutBatchResult
 from schemas.solve import ProgressEvent, SolveRequest, SolveResult
@@ -32,6 +33,9 @@ TYPES: dict[str, type] = {
     "dead_letter": DeadLetter,
     "rollout_batch": RolloutBatch,
     "rollout_batch_result": RolloutBatchResult,
+    "train_job": TrainJob,
+    "train_progress": TrainProgress,
+    "policy_version": PolicyVersion,
 }
 
 

