@@ -72,6 +72,8 @@ BY_NAME: dict[str, dict[str, Any]] = {
     "role": {"enum": ["policy", "worker"]},
     "accessMode": {"enum": ["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]},
     "startupSeconds": {"type": "integer", "minimum": 10},
+    "maxLoraRank": {"enum": [1, 8, 16, 32, 64, 128, 256, 320, 512]},  # vLLM's MaxLoRARanks (vllm/config/lora.py)
+    "maxLoras": {"type": "integer", "minimum": 1},
     "seccompProfile": _PROFILE,
     "appArmorProfile": _PROFILE,
 }

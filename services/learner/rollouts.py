@@ -5,10 +5,11 @@ A step's completions are split into batches of ``rollout.batch_size`` sent concu
 group instead of queueing on one. Results come back in the order the rollouts were given.
 
 Failures are classified once, here: a batch the executors answer with a retryable error (nobody serving the
-subject, overloaded, a timeout) is sent again up to ``rollout.retries`` times with backoff; then, or at once for a
-non-retryable error, the step fails with ``RolloutError`` carrying the ``ErrorInfo`` — the run stops, resumable from
-its last checkpoint, rather than training on rewards nobody computed. A single rollout whose workflow hit an
-infrastructure error comes back with ``reward=None`` from the executor and is masked by the trainer, not here.
+subject, overloaded, a timeout, its replica lost and no other reached within the failover window) is sent again up
+to ``rollout.retries`` times with backoff; then, or at once for a non-retryable error, the step fails with
+``RolloutError`` carrying the ``ErrorInfo`` — the run stops, resumable from its last checkpoint, rather than
+training on rewards nobody computed. A single rollout whose workflow hit an infrastructure error comes back with
+``reward=None`` from the executor and is masked by the trainer, not here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from conductor.endpoints import Requester
+from conductor.liveness import CallPolicy
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.rollout import ROLLOUT, Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
 from services.learner.config import RolloutSection
@@ -36,11 +38,18 @@ class RolloutError(RuntimeError):
         self.info = info
 
 
-def nats_transport(requester: Requester, prefix: str) -> Transport:
-    """The real path: ``Requester.call(ROLLOUT, ...)`` on the deployment's subject prefix."""
+def nats_transport(requester: Requester, prefix: str, policy: CallPolicy | None = None) -> Transport:
+    """The real path: ``Requester.call(ROLLOUT, ...)`` on the deployment's subject prefix, with liveness beats.
+
+    The executor beats while a batch is queued or running, so a replica that dies mid-batch is noticed after
+    ``policy.beat_misses`` silent periods (6 s by default) and the batch is sent again to another replica — rollouts
+    are not durable, its work is redone — instead of the learner waiting out ``timeout_s`` for a reply that cannot
+    come (tests/learner/test_rollout_kill.py). The deadline travels with the batch, so one given up here stops there.
+    """
+    policy = policy or CallPolicy()
 
     async def send(batch: RolloutBatch, timeout: float) -> RolloutBatchResult:
-        return await requester.call(ROLLOUT, batch, prefix=prefix, timeout=timeout)
+        return await requester.call(ROLLOUT, batch, prefix=prefix, timeout=timeout, policy=policy)
 
     return send
 

@@ -108,3 +108,21 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "conductor.natsList" -}}
 {{- range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s | quote }}{{ end -}}
 {{- end -}}
+
+{{/* How the learner brings the policy vLLM server (vllm.servers.policy) to a finished job's policy; "true" or "".
+runtimeLora: the learner and that server both deployed, the server with runtimeLora.enabled: the learner POSTs
+the adapter to the server (services/learner/versions.py load_runtime_lora) and never rolls it.
+learnerRolls: learner.rollPolicyServer otherwise: it patches the Deployment (a service-account token, a Role,
+egress to the API server). */}}
+{{- define "conductor.runtimeLora" -}}
+{{- $policy := dig "policy" dict .Values.vllm.servers -}}
+{{- if and .Values.learner.enabled (dig "enabled" false $policy) (dig "runtimeLora" "enabled" false $policy) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "conductor.learnerRolls" -}}
+{{- if and .Values.learner.enabled .Values.learner.rollPolicyServer (not (include "conductor.runtimeLora" .)) -}}
+true
+{{- end -}}
+{{- end -}}
