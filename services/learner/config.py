@@ -175,6 +175,9 @@ class OutputSection(_Section):
     # The trained policy as a LoRA adapter on the base model (services/learner/export.py): its rank, 0 for none.
     # Measured beside the full policy (stage "adapter"); what is shipped and published as a policy version.
     adapter_rank: Annotated[int, Meta(ge=0, le=256)] = 0
+    # The model the adapter applies to; empty: this run's base. A run continuing another's policy (model.path = its
+    # policy/) names the original base here, so the adapter carries both runs' training.
+    adapter_base: str = ""
 
 
 class LearnerConfig(_Section):

@@ -18,6 +18,7 @@ refused with ``ExportError``: an adapter cannot carry it.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,27 @@ def load_with_adapter(base_dir: Path, adapter_dir: Path) -> Any:
 
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m services.learner.export BASE TUNED OUT --rank R``: export outside a run (e.g. a policy trained in
+    several runs, each starting from the last one's ``policy/``, exported against the original base)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m services.learner.export", description=main.__doc__)
+    p.add_argument("base", type=Path, help="the base model directory the adapter applies to")
+    p.add_argument("tuned", type=Path, help="the trained policy (a full model directory)")
+    p.add_argument("out", type=Path, help="the adapter directory to write")
+    p.add_argument("--rank", type=int, default=8)
+    args = p.parse_args(argv)
+    try:
+        figures = export_adapter(args.base, args.tuned, args.out, rank=args.rank)
+    except (ExportError, OSError) as exc:
+        print(f"export: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -97,8 +97,9 @@ def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress:
         measured("after_grpo", out / "policy", rewards=True)
         if config.output.adapter_rank and "adapter" not in stages.done:
             note("adapter", 0, 1, {})
-            figures = export_adapter(config.model_dir(), out / "policy", out / "adapter", rank=config.output.adapter_rank)
-            model = load_with_adapter(config.model_dir(), out / "adapter")
+            base = Path(config.output.adapter_base) if config.output.adapter_base else config.model_dir()
+            figures = export_adapter(base, out / "policy", out / "adapter", rank=config.output.adapter_rank)
+            model = load_with_adapter(base, out / "adapter")
             tok = policy.load_tokenizer(out / "policy")
             figures["parse_rate"] = evaluate.parse_rate(model, tok, probe, pool, config, grammar)
             figures["held_out"] = evaluate.held_out_reward(model, tok, eval_eps, pool, config, reward)

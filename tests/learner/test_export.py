@@ -122,3 +122,13 @@ def test_a_lora_run_ends_with_its_adapter_measured_and_resumes_past_it(tmp_path:
     assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").is_file()
     again = pipeline.run(config, SkillScorer(load_run_pool(config)), resume=True)
     assert again["adapter"]["finished"] == adapter["finished"]
+
+
+def test_the_export_command_writes_an_adapter_and_names_a_bad_input(base: Path, tmp_path: Path, capsys) -> None:
+    from services.learner.export import main
+
+    tuned = _tuned(base, tmp_path / "tuned", rank=2, seed=3)
+    assert main([str(base), str(tuned), str(tmp_path / "adapter"), "--rank", "2"]) == 0
+    assert '"rank": 2' in capsys.readouterr().out and (tmp_path / "adapter" / "conductor-export.json").is_file()
+    assert main([str(base), str(base), str(tmp_path / "same"), "--rank", "2"]) == 2
+    assert "does not differ" in capsys.readouterr().err
