@@ -9,39 +9,20 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
 from conductor.client import ConductorClient
 from conductor.endpoints import Endpoint, EndpointServer, Requester
 from conductor.settings import CommonSettings
-from schemas.solve import SolveRequest
 from tests.access.conftest import GATEWAY_PORT
+from tests.stack_round_trip import QUESTION, solve_submit_and_chat
 
 pytestmark = pytest.mark.nats
 
-QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled sim dataset (answer 2)
-
-
-def _chat(question: str) -> dict:
-    body = json.dumps({"model": "conductor", "messages": [{"role": "user", "content": question}]}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{GATEWAY_PORT}/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
-
-
 async def test_solve_durable_task_and_chat_as_per_service_users(secured, services):
     before = len(secured.log())
-    async with ConductorClient(services) as client:  # the user `client`, from the credentials file
-        result = await client.solve(SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60)
-        assert result.error is None and result.answer and result.verdict is not None
-        task_id = await client.submit(SolveRequest(question=QUESTION, domain="math", reference="2"))
-        stored = await client.result(task_id, wait=60)
-        assert stored.task_id == task_id and stored.error is None and stored.verdict is not None
-    reply = await asyncio.to_thread(_chat, QUESTION)
-    assert reply["choices"][0]["message"]["content"], reply
+    await solve_submit_and_chat(services, GATEWAY_PORT)  # the user `client`, from the credentials file
     # A refusal can be retried into success: the server log is the witness that nothing was refused.
     assert "Violation" not in secured.log()[before:]
 

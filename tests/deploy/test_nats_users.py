@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import os
 import subprocess
 import time
-import urllib.request
 
 import nats
 import pytest
@@ -22,13 +20,12 @@ from conductor.endpoints import Endpoint, EndpointServer, Requester
 from conductor.natsserver import find_binary, free_port, reachable
 from conductor.settings import CommonSettings
 from schemas.rollout import Rollout, RolloutBatch
-from schemas.solve import SolveRequest
 from tests.deploy.chart import named, render
 from tests.refusals import assert_refused
+from tests.stack_round_trip import QUESTION, solve_submit_and_chat
 
 pytestmark = pytest.mark.nats
 
-QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled sim dataset (answer 2)
 SERVICES = ["executor", "planner", "worker-adapter", "verifier", "gateway"]  # each connects as the user of its name
 VALUES = {"gateway": {"enabled": True}, "learner": {"enabled": True}}  # the learner's user, not its pod, is used
 
@@ -86,14 +83,7 @@ async def services(chart_nats):
 
 async def test_solve_and_durable_task_as_per_service_users(chart_nats, services):
     settings = CommonSettings.from_env({"NATS_URL": chart_nats("client")})
-    async with ConductorClient(settings) as client:
-        result = await client.solve(SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60)
-        assert result.error is None and result.answer and result.verdict is not None
-        task_id = await client.submit(SolveRequest(question=QUESTION, domain="math", reference="2"))
-        stored = await client.result(task_id, wait=60)
-        assert stored.task_id == task_id and stored.error is None and stored.verdict is not None
-    reply = await asyncio.to_thread(_chat, QUESTION)
-    assert reply["choices"][0]["message"]["content"], reply
+    await solve_submit_and_chat(settings, GATEWAY_PORT)
     # Nothing the services did on the way was refused (a refusal can be retried into success: look at the log).
     assert "Violation" not in chart_nats.log.read_text()
 
@@ -110,15 +100,6 @@ async def test_the_learner_scores_rollouts_through_the_executors_as_its_own_user
 
 
 GATEWAY_PORT = free_port()
-
-
-def _chat(question: str) -> dict:
-    """One OpenAI-shaped chat completion through the gateway, over plain HTTP."""
-    body = json.dumps({"model": "conductor", "messages": [{"role": "user", "content": question}]}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{GATEWAY_PORT}/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
 
 
 async def test_a_slow_responder_beats_through_its_permissions(chart_nats):
