@@ -43,11 +43,14 @@ def _target(name: str) -> str | None:
     return module if module.rsplit(".", 1)[-1] in TARGETS else None
 
 
-def _state(path: Path) -> dict[str, Any]:
+def _load(path: Path) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+
+
+def _state(model: Any) -> dict[str, Any]:
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
@@ -66,11 +69,11 @@ def export_adapter(base_dir: Path, tuned_dir: Path, out_dir: Path, *, rank: int)
     """Write ``tuned − base`` as a rank-``rank`` float16 peft LoRA adapter to ``out_dir``; the export's figures."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
     if rank < 1:
         raise ExportError(f"rank must be at least 1, got {rank}")
-    base, tuned = _state(base_dir), _state(tuned_dir)
+    model = _load(base_dir)  # read once: its weights are the reference, then it carries the adapter
+    base, tuned = _state(model), _state(_load(tuned_dir))
     if base.keys() != tuned.keys():
         raise ExportError(f"{tuned_dir} and {base_dir} are different architectures")
     updates: dict[str, tuple[Any, Any]] = {}
@@ -90,7 +93,6 @@ def export_adapter(base_dir: Path, tuned_dir: Path, out_dir: Path, *, rank: int)
     if not updates:
         raise ExportError(f"{tuned_dir} does not differ from {base_dir}: nothing to export")
     targets = sorted({m.rsplit(".", 1)[-1] for m in updates})
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     lora = LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
     peft_model = get_peft_model(model, lora)
     modules = dict(peft_model.base_model.model.named_modules())
