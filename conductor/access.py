@@ -73,9 +73,31 @@ class Grant:
         return None if self.window_s is None else math.ceil(self.window_s / MIN_BEAT_S) + 1
 
 
+INBOX_ROOT = "_INBOX"
+
+
 def inbox_prefix(user: str) -> str:
     """The inbox prefix a user connects with (nats-py ``inbox_prefix``): replies to it land under this only."""
-    return f"_INBOX.{user}"
+    return f"{INBOX_ROOT}.{user}"
+
+
+def is_reply_inbox(reply: str) -> bool:
+    """Whether a responder may answer (reply and beats) to ``reply``: only a concrete subject inside some user's
+    inbox, ``_INBOX.<user>.<token>[...]``. nats-server lets a responder publish to *any* reply subject it was
+    handed (``allow_responses``), so without this check a client could aim the executor's reply at
+    ``$KV.CONDUCTOR_RESULTS.<id>`` or ``conductor.results.<id>`` and write, through the executor's grants, what it
+    may not write itself (issue 19, item 1). Every inbox is readable by its owning user only (``permissions``),
+    and a requester drops replies to tokens it did not send (``conductor.endpoints.Requester``), so a reply aimed
+    at another user's inbox reaches nobody's state; which user sent a request is not knowable on core NATS within
+    one account, which is why the rule is the inbox root, not the sender's own prefix."""
+    tokens = reply.split(".")
+    return (
+        len(tokens) >= 3
+        and tokens[0] == INBOX_ROOT
+        and all(tokens)
+        and not any(t in ("*", ">") for t in tokens)
+        and not any(c in reply for c in " \t\r\n")
+    )
 
 
 def _subject(contract: RequestReply, prefix: str) -> str:

@@ -23,6 +23,9 @@ Guarantees of ``EndpointServer``:
 - a handler that raises still answers: ``on_error`` turns the exception into the endpoint's typed ``internal`` reply
   (logged with its traceback), so a requester never waits out its timeout for a bug;
 - a message without a reply subject is handled and its answer dropped (a publish is not a request);
+- a request whose reply subject is not inside an inbox (``conductor.access.is_reply_inbox``: e.g. a result's KV
+  key or result-event subject) is dropped unrun, counted in ``conductor_refused_replies_total{subject}`` and
+  logged — the responder is never a confused deputy writing with its own grants where the requester may not;
 - a reply larger than the server's max_payload becomes the endpoint's typed ``payload_too_large`` reply; a reply
   that cannot be sent at all (connection gone) is logged, and the requester's timeout covers it;
 - ``stop()`` drains: no new messages are taken (the subscription's pending ones still run), then the in-flight
@@ -59,6 +62,7 @@ from nats.aio.subscription import (
 from opentelemetry.trace import SpanKind, StatusCode
 
 from conductor import metrics, tracing
+from conductor.access import is_reply_inbox
 from conductor.liveness import (
     CallPolicy,
     PendingCall,
@@ -254,6 +258,12 @@ class EndpointServer:
         # becomes a task at once (queued for a slot in our own queue, where it can be sent beats and dropped at its
         # deadline — nats-py's pending queue allows neither), or, past the admission bound, is refused at once.
         async def dispatch(msg: Msg) -> None:
+            if msg.reply and not is_reply_inbox(msg.reply):
+                # Neither run nor answered: nobody legitimate asks for a reply outside an inbox (is_reply_inbox).
+                metrics.refused_reply(ep.subject)
+                log.warning("request dropped: its reply subject is not an inbox", subject=ep.subject,
+                            reply=msg.reply[:200])  # fmt: skip
+                return
             if len(self._tasks) >= self._admit:
                 if msg.reply:
                     await self._reply(ep, msg.reply, ep.on_error(overloaded(len(self._tasks))))

@@ -48,6 +48,12 @@ def _counter(name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
     return Counter(name, doc, labels, registry=REGISTRY)
 
 
+REFUSED_REPLIES = _counter(
+    "conductor_refused_replies",
+    "Requests dropped unanswered and unrun because their reply subject was not inside a requester's inbox "
+    "(a confused-deputy attempt: a reply aimed at a result, event, KV or JetStream API subject).",
+    ["subject"],
+)
 TASKS = _counter(
     "conductor_tasks", "Tasks finished by the executor, by outcome (ok or the error code).", ["outcome"]
 )
@@ -129,6 +135,10 @@ def outcome(error: ErrorInfo | None) -> str:
 def exposition() -> bytes:
     """The text exposition format served on ``/metrics``."""
     return generate_latest(REGISTRY)
+
+
+def refused_reply(subject: str) -> None:
+    _series(REFUSED_REPLIES, subject).inc()
 
 
 def bad_request(subject: str) -> None:

@@ -94,3 +94,25 @@ def test_a_process_connects_as_the_urls_user_else_its_role_from_the_file(tmp_pat
     assert credentials.connection(in_url, "planner").inbox_prefix == "_INBOX.ops"
     open_server = credentials.connection(CommonSettings(nats_url="nats://h:4222"), "executor")
     assert open_server.url == "nats://h:4222" and open_server.inbox_prefix == "_INBOX.executor"
+
+
+@pytest.mark.parametrize(
+    ("reply", "ok"),
+    [
+        ("_INBOX.client.AbC.1", True),
+        ("_INBOX.executor.x9", True),
+        ("_INBOX.NUIDNUIDNUID.7", True),  # nats-py's default inbox on a server without users
+        ("$KV.CONDUCTOR_RESULTS.t-1", False),
+        ("conductor.results.t-1", False),
+        ("$JS.API.STREAM.PURGE.CONDUCTOR_RESULT_EVENTS", False),
+        ("_INBOX.client", False),  # a prefix, not a reply subject
+        ("_INBOX", False),
+        ("_INBOX.*.x", False),
+        ("_INBOX.client.>", False),
+        ("_INBOX..x", False),
+        ("_inbox.client.x", False),
+        ("xx._INBOX.client.x", False),
+    ],
+)
+def test_a_reply_goes_only_into_an_inbox(reply, ok):
+    assert access.is_reply_inbox(reply) is ok

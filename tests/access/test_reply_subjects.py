@@ -1,0 +1,82 @@
+"""Issue 19, item 1: the executor as a confused deputy. nats-server lets a responder publish to whatever reply
+subject its request named (``allow_responses``), so a client that may not write a result, a result event, a
+checkpoint or the JetStream API asks the executor to write there for it. Every such request is dropped unrun and
+counted; the genuine flow (a reply into the requester's inbox) is untouched."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import msgspec
+import nats.js.errors
+import pytest
+
+from conductor import metrics
+from conductor.client import ConductorClient
+from conductor.wire import encode
+from schemas.solve import SOLVE, SolveRequest, SolveResult
+from schemas.tasks import Names
+
+pytestmark = pytest.mark.nats
+
+NAMES = Names.for_prefix("")
+QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled sim dataset (answer 2)
+
+
+def _refused() -> float:
+    return metrics.REGISTRY.get_sample_value("conductor_refused_replies_total", {"subject": SOLVE.subject}) or 0.0
+
+
+def _targets(victim: str) -> list[str]:
+    return [
+        f"$KV.{NAMES.results_bucket}.{victim}",  # pre-create or overwrite another tenant's stored result
+        NAMES.result_subject(victim),  # a forged result event (dedup would then drop the genuine one)
+        f"$KV.{NAMES.checkpoints_bucket}.{victim}",  # a checkpoint resumed as the victim's state
+        f"$JS.API.STREAM.PURGE.{NAMES.result_events_stream}",  # the JetStream API with the executor's grants
+        f"{NAMES.submit_subject}",  # a durable task submitted in the executor's name
+        "_INBOX.*.x",  # wildcards are never a reply
+        "_INBOX",  # the inbox root itself is nobody's inbox
+    ]
+
+
+async def test_a_reply_subject_outside_an_inbox_is_dropped_unrun(secured, services):
+    victim = f"victim-{uuid.uuid4().hex[:8]}"
+    rogue = await secured.connect("client")
+    before = _refused()
+    try:
+        async with ConductorClient(services) as client:
+            # The victim's genuine durable task first: its stored result and its one event are the targets.
+            await client.submit(SolveRequest(question=QUESTION, domain="math", reference="2", task_id=victim))
+            genuine = await client.result(victim, wait=60)
+            assert genuine.error is None, genuine
+            forged = encode(SolveRequest(question="Answer 'forged'.", task_id=victim))
+            for target in _targets(victim):
+                await rogue.publish(SOLVE.subject, forged, reply=target)
+            await rogue.flush()
+            await asyncio.sleep(1.0)  # what the executor would have run: a sim solve answers in milliseconds
+            stored = await client.result(victim, wait=5)
+        assert stored == genuine  # nothing overwrote it
+        executor = await secured.connect("executor")
+        js = executor.jetstream()
+        info = await js.stream_info(NAMES.result_events_stream, subjects_filter=NAMES.result_subject(victim))
+        assert info.state.subjects == {NAMES.result_subject(victim): 1}  # still exactly the genuine event
+        event = await js.get_last_msg(NAMES.result_events_stream, NAMES.result_subject(victim))
+        assert msgspec.json.decode(event.data, type=SolveResult) == genuine
+        with pytest.raises(nats.js.errors.KeyNotFoundError):
+            await (await js.key_value(NAMES.checkpoints_bucket)).get(victim)
+        await executor.close()
+    finally:
+        await rogue.close()
+    assert _refused() - before == len(_targets(victim))
+
+
+async def test_a_request_into_the_requesters_inbox_is_answered(secured, services):
+    """The plain nats-py request of an operator's client (its own inbox prefix) is answered as before."""
+    nc = await secured.connect("client")
+    try:
+        msg = await nc.request(SOLVE.subject, encode(SolveRequest(question=QUESTION, reference="2")), timeout=30)
+    finally:
+        await nc.close()
+    result = msgspec.json.decode(msg.data, type=SolveResult)
+    assert result.error is None and result.answer, result
