@@ -38,7 +38,7 @@ import nats.js.errors
 from nats.js.api import ObjectMeta, ObjectStoreConfig, StorageType
 
 from conductor.settings import Env
-from schemas.learner import POLICY_SUBJECT_PREFIX, PolicyVersion
+from schemas.learner import POLICY_SUBJECT_PREFIX, PolicyCard, PolicyVersion
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -105,6 +105,26 @@ def adapter_files(adapter_dir: Path) -> list[Path]:
         p for p in adapter_dir.iterdir()
         if p.is_file() and not p.is_symlink() and _FILE_NAME.match(p.name) and p.suffix in ALLOWED_SUFFIXES
     )  # fmt: skip
+
+
+CARD_FILE = "conductor-policy.json"
+"""The policy card beside an adapter's weights (schemas.learner.PolicyCard): how the weights must be served."""
+
+
+def read_card(adapter_dir: Path) -> PolicyCard | None:
+    """The card of an adapter directory; None when it has none (an adapter made before cards, or elsewhere);
+    ``VersionError('corrupt')`` naming the file when it is there but not a valid card."""
+    path = adapter_dir / CARD_FILE
+    if not path.is_file():
+        return None
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=PolicyCard)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise VersionError("corrupt", f"{path} is not a policy card: {exc}") from exc
+
+
+def write_card(adapter_dir: Path, card: PolicyCard) -> None:
+    (adapter_dir / CARD_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(card), indent=2) + b"\n")
 
 
 def adapter_rank(adapter_dir: Path) -> int | None:
@@ -196,7 +216,7 @@ async def put_version(
         fields = dict(
             version=f"{run}@{step}", run=run, step=step, object=object_name(run, step), base=base,
             base_name=base_name, sha256=await asyncio.to_thread(sha256_file, packed), size=size,
-            created=time.time(), rank=adapter_rank(adapter_dir),
+            created=time.time(), rank=adapter_rank(adapter_dir), card=read_card(adapter_dir),
         )  # fmt: skip
         try:  # the bounds readers check, checked before anything is written
             version = msgspec.convert(fields, PolicyVersion)

@@ -62,6 +62,25 @@ POLICY_SUBJECT_PREFIX = "conductor.learner.policy"
 Sha256 = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
 
 
+PromptStyle = Literal["examples", "rules", "task"]
+"""conductor/prompt.py PROMPT_STYLES: rules and few-shot examples, rules only, or the user turn only."""
+
+
+class PolicyCard(msgspec.Struct, frozen=True, kw_only=True):
+    """How a trained policy must be served: what it was trained on, travelling with its weights (the adapter's
+    ``conductor-policy.json`` and ``PolicyVersion.card``). A planner serving the weights adopts it, and refuses a
+    setting that contradicts it — a policy sampled with another prompt or temperature than it learned on is another
+    policy (issue 18, item 2)."""
+
+    prompt: PromptStyle
+    show_domain: bool = True  # the prompt's "Answer type:" line
+    max_steps: Annotated[int, Meta(ge=1, le=10)] = 5
+    temperature: Annotated[float, Meta(ge=0, le=5)] = 1.0
+    max_tokens: Annotated[int, Meta(ge=1, le=32768)] = 1024
+    base: Annotated[str, Meta(pattern=r"^(sha256:[0-9a-f]{64})?$", description="The base model's fingerprint.")] = ""
+    trained_by: str = ""  # the run (its preset name) that made the weights, for people
+
+
 class PolicyVersion(msgspec.Struct, frozen=True, kw_only=True):
     """One policy version: what the Object Store keeps beside the packed adapter and what the announcement says.
 
@@ -82,6 +101,7 @@ class PolicyVersion(msgspec.Struct, frozen=True, kw_only=True):
     created: Annotated[float, Meta(description="Unix seconds at publication.")]
     format: Literal["peft-lora"] = "peft-lora"  # a tar of a peft adapter directory (adapter_config.json + weights)
     rank: int | None = None
+    card: PolicyCard | None = None  # schema 6: how to serve it; None for a version published before cards
 
 
 POLICY_VERSIONS: Event[PolicyVersion] = Event(

@@ -31,6 +31,7 @@ def local_rollouts(
 ) -> Iterator[Any]:  # fmt: skip
     """A ``Scorer`` over rollout services started here (and a nats-server unless ``nats_url``)."""
     from services.learner import connect
+    from services.learner.stream import pool_file
 
     with contextlib.ExitStack() as stack:
         if nats_url is None:
@@ -38,7 +39,7 @@ def local_rollouts(
         full_env = {
             "NATS_URL": nats_url,
             "CONDUCTOR_SUBJECT_PREFIX": prefix,
-            "CONDUCTOR_POOL": str(connect.pool_file(config)),
+            "CONDUCTOR_POOL": str(pool_file(config)),
             "CONDUCTOR_LOG_LEVEL": "WARNING",
             **(env or {}),
         }

@@ -73,6 +73,9 @@ class DataSection(_Section):
     # they are 2/3 of the prompt and of the CPU time. A policy trained so is served with CONDUCTOR_POLICY_PROMPT=task.
     rules: bool = True
     show_domain: bool = True  # the prompt's "Answer type:" line
+    # Sim workers answer each rollout afresh (the pool's ``vary_by_task``, as `conductor eval` runs them): without
+    # it re-scoring a completion returns the same draw, and selection by reward selects noise (issue 18).
+    fresh_draws: bool = False
     max_steps: Annotated[int, Meta(ge=1, le=10)] = 5  # docs/method.md §1: at most five steps
     eval_questions: Positive = 64  # held-out questions per evaluation (the "test" split, domains above)
     eval_samples: Positive = 2  # completions per held-out question
@@ -103,12 +106,20 @@ class ColdStartSection(_Section):
     rejection_epochs: PositiveFloat = 1.0
     parse_probe: Positive = 32  # completions sampled to measure the parse rate before/after each stage
     grammar: bool = False  # constrain the three lists while sampling (services/learner/grammar.py)
+    # The search-based cold start (services/learner/search.py): rows whose routing was found through the rollout
+    # API. Runs before ``sft`` (which may then be off); needs ``data.fresh_draws`` so repeated draws differ.
+    search: bool = False
+    search_questions: Positive = 512  # training questions searched, domains in turn; one SFT row each
+    search_draws: Positive = 4  # fresh draws per candidate and question
+    search_prior: Annotated[float, Meta(ge=0)] = 8.0  # pseudo-draws of the candidate's domain mean (shrinkage)
+    search_cost_weight: Annotated[float, Meta(ge=0)] = 60.0  # value = shrunk mean reward - weight x mean $
+    search_epochs: PositiveFloat = 2.0
 
 
 class GrpoSection(_Section):
     """TRL GRPOConfig values (docs/method.md §4 for the paper's); names follow TRL where they exist."""
 
-    steps: Positive = 200
+    steps: Annotated[int, Meta(ge=0)] = 200  # 0: no GRPO stage (a supervised-only run; its last stage is the policy)
     questions_per_step: Positive = 4
     generations: Annotated[int, Meta(ge=2)] = 64  # G: rollouts per question
     micro_batch: Positive = 0  # per-device batch; 0: the whole step (questions x generations) at once

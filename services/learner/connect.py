@@ -9,22 +9,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 
 import nats
 
 from conductor.credentials import connection
 from conductor.endpoints import Requester
 from conductor.settings import CommonSettings
-from evaluation import sim
 from services.learner.bridge import LoopThread
 from services.learner.config import LearnerConfig
 from services.learner.rewards import Scorer
 from services.learner.rollouts import RolloutClient, nats_transport
-
-
-def pool_file(config: LearnerConfig) -> Path:
-    return Path(config.data.pool_file) if config.data.pool_file else sim.pool_path()
 
 
 @contextlib.contextmanager

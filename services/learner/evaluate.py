@@ -18,7 +18,7 @@ from services.learner.config import LearnerConfig
 from services.learner.episodes import Episode, first_round, messages, sample_view, view_workers
 from services.learner.policy import sample
 from services.learner.rewards import ConductorReward
-from services.learner.telemetry import by_domain, summarize
+from services.learner.telemetry import by_domain, routing, specialists, summarize
 
 
 def fixed_episodes(problems: Sequence[Problem], pool: Pool, config: LearnerConfig, seed: str) -> list[Episode]:
@@ -70,7 +70,8 @@ def held_out_reward(
     Rewards are the paper's 1/0.5/0 (masked ones left out), without the training-time cost penalty or scale."""
     eps, texts = generate(model, tokenizer, episodes, pool, config, samples=config.data.eval_samples)
     scored = reward.score(eps, texts)
-    return {**summarize(scored), "by_domain": by_domain(scored), "parse_rate": _parse_rate(scored)}
+    return {**summarize(scored), "by_domain": by_domain(scored), "parse_rate": _parse_rate(scored),
+            **routing(scored, specialists(pool))}  # fmt: skip
 
 
 def _parse_rate(scored: list[Any]) -> float:

@@ -22,6 +22,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from conductor.policy_versions import fingerprint, write_card
+from schemas.learner import PolicyCard
+
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """The linear layers a LoRA on ``all-linear`` adapts in a Llama-family decoder (SmolLM2, Qwen2.5, the tiny model)."""
 
@@ -65,8 +70,12 @@ def low_rank(delta: Any, rank: int) -> tuple[Any, Any, float]:
     return u[:, :r] * s[:r], vh[:r], kept
 
 
-def export_adapter(base_dir: Path, tuned_dir: Path, out_dir: Path, *, rank: int) -> dict[str, Any]:
-    """Write ``tuned − base`` as a rank-``rank`` float16 peft LoRA adapter to ``out_dir``; the export's figures."""
+def export_adapter(
+    base_dir: Path, tuned_dir: Path, out_dir: Path, *, rank: int, card: PolicyCard | None = None
+) -> dict[str, Any]:
+    """Write ``tuned − base`` as a rank-``rank`` float16 peft LoRA adapter to ``out_dir``; the export's figures.
+    With a ``card`` (how the policy was trained to be served), it is written beside the weights with the base
+    model's fingerprint filled in."""
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -74,6 +83,7 @@ def export_adapter(base_dir: Path, tuned_dir: Path, out_dir: Path, *, rank: int)
         raise ExportError(f"rank must be at least 1, got {rank}")
     model = _load(base_dir)  # read once: its weights are the reference, then it carries the adapter
     base, tuned = _state(model), _state(_load(tuned_dir))
+    base_print = fingerprint(model) if card is not None else ""
     if base.keys() != tuned.keys():
         raise ExportError(f"{tuned_dir} and {base_dir} are different architectures")
     updates: dict[str, tuple[Any, Any]] = {}
@@ -120,6 +130,8 @@ def export_adapter(base_dir: Path, tuned_dir: Path, out_dir: Path, *, rank: int)
         "base": str(base_dir),
     }
     (out_dir / MANIFEST).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    if card is not None:
+        write_card(out_dir, msgspec.structs.replace(card, base=base_print))
     return figures
 
 

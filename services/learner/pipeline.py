@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from services.learner import coldstart, evaluate, policy
+from schemas.learner import PolicyCard
+from services.learner import coldstart, evaluate, policy, search
 from services.learner.config import LearnerConfig
 from services.learner.export import export_adapter, load_with_adapter
 from services.learner.grpo import last_checkpoint, trainer
@@ -71,6 +72,14 @@ def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress:
 
     model_path = measured("base", policy.prepare_base(config, train))
     c = config.cold_start
+    if c.search:
+        if "search" not in stages.done:
+            note("search", 0, 1, {})
+            rows, figures = _search_rows(config, train, pool, reward, out / "search_rows.jsonl")
+            coldstart.sft(config, model_path, rows, out / "search", epochs=c.search_epochs,
+                          callbacks=[_progress("search", note)])  # fmt: skip
+            measured("search", out / "search", figures)
+        model_path = out / "search"
     if c.sft:
         if "sft" not in stages.done:
             note("sft", 0, 1, {})
@@ -95,17 +104,45 @@ def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress:
         stages.record("grpo", {"policy": str(out / "policy")})
     if "grpo" in stages.done:
         measured("after_grpo", out / "policy", rewards=True)
+    final = out / "policy" if "grpo" in stages.done else model_path if not config.grpo.steps else None
+    if final is not None:
         if config.output.adapter_rank and "adapter" not in stages.done:
             note("adapter", 0, 1, {})
             base = Path(config.output.adapter_base) if config.output.adapter_base else config.model_dir()
-            figures = export_adapter(base, out / "policy", out / "adapter", rank=config.output.adapter_rank)
+            figures = export_adapter(base, final, out / "adapter", rank=config.output.adapter_rank,
+                                     card=policy_card(config))  # fmt: skip
             model = load_with_adapter(base, out / "adapter")
-            tok = policy.load_tokenizer(out / "policy")
+            tok = policy.load_tokenizer(final)
             figures["parse_rate"] = evaluate.parse_rate(model, tok, probe, pool, config, grammar)
             figures["held_out"] = evaluate.held_out_reward(model, tok, eval_eps, pool, config, reward)
             note("adapter", 1, 1, stages.record("adapter", figures))
     _report(out)
     return stages.done
+
+
+def policy_card(config: LearnerConfig) -> PolicyCard:
+    """How this run's policy was trained, so it is served the same way (the base fingerprint is the export's)."""
+    d, g = config.data, config.grpo
+    return PolicyCard(prompt=d.prompt_style, show_domain=d.show_domain, max_steps=d.max_steps,  # type: ignore[arg-type]
+                      temperature=g.temperature, max_tokens=g.max_completion_tokens, trained_by=config.name)  # fmt: skip
+
+
+def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The search stage's SFT rows and figures, kept in ``path`` so a run stopped during its SFT does not search
+    again (services/learner/search.py)."""
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        return saved["rows"], saved["figures"]
+    c = config.cold_start
+    started = time.perf_counter()
+    found = search.search(train, pool, config, reward, seed=config.model.seed)
+    picks = search.choose(found, prior=c.search_prior, cost_weight=c.search_cost_weight)
+    rows = search.rows(picks, pool, config)
+    figures = {**search.figures(picks, search.specialists(pool)), "search_s": round(time.perf_counter() - started, 1),
+               "rollouts": sum(t.n for f in found for t in f.tallies)}  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": rows, "figures": figures}))
+    return rows, figures
 
 
 def grpo_stage(config, model_path, train, pool, reward, out: Path, *, resume: bool, note: Progress) -> None:

@@ -11,7 +11,9 @@ shuffle is turned off (``shuffle_dataset = False``): its buffered shuffle would 
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -23,9 +25,36 @@ from services.learner.episodes import Episode, first_round, row, sample_view, vi
 from services.learner.recursion import RecursionBuffer
 
 
+def pool_file(config: LearnerConfig) -> Path:
+    """The run's pool file: ``data.pool_file`` (else the sim family's), or with ``data.fresh_draws`` its copy in
+    ``output.dir`` whose sim workers answer every rollout afresh (``vary_by_task``)."""
+    src = Path(config.data.pool_file) if config.data.pool_file else sim.pool_path()
+    if not config.data.fresh_draws:
+        return src
+    return fresh_draw_pool(src, Path(config.output.dir))
+
+
+def fresh_draw_pool(src: Path, out_dir: Path) -> Path:
+    """``out_dir/pool.toml``: ``src`` with every sim worker's dataset made absolute and ``vary_by_task`` on."""
+    try:
+        text = src.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"data.pool_file: cannot read {src}: {exc}") from exc
+    text = re.sub(r"(?m)^vary_by_task\s*=.*$\n?", "", text)
+
+    def absolute(m: re.Match[str]) -> str:
+        return f"dataset = {json.dumps(str((src.parent / m.group(1)).resolve()))}\nvary_by_task = true"
+
+    text = re.sub(r'(?m)^dataset\s*=\s*"([^"]*)"\s*$', absolute, text)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "pool.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def load_run_pool(config: LearnerConfig) -> Pool:
     """The pool the views are drawn from, checked against ``[workers]``."""
-    pool = load_pool(Path(config.data.pool_file) if config.data.pool_file else sim.pool_path())
+    pool = load_pool(pool_file(config))
     names = set(pool.names())
     if missing := [w for w in config.data.workers if w not in names]:
         raise ConfigError(f"data.workers: {missing} not in the pool file; it has {sorted(names)}")

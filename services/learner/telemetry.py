@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from conductor.pool import Pool
 from services.learner.rewards import Scored
 
 
@@ -46,6 +47,34 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
         "usd_per_rollout": sum(s.result.usage.cost_usd for s in scored) / n if n else None,
         "second_rounds": sum(s.episode.round > 0 for s in scored),
     }
+
+
+def specialists(pool: Pool) -> dict[str, str]:
+    """Per domain, the sim worker most likely to answer alone (routing figures; empty for a pool without sim)."""
+    best: dict[str, tuple[float, str]] = {}
+    for w in pool.workers:
+        for domain, p in (w.sim.skill.items() if w.sim is not None else ()):
+            if p > best.get(domain, (-1.0, ""))[0]:
+                best[domain] = (p, w.name)
+    return {d: name for d, (_, name) in best.items()}
+
+
+def routing(scored: list[Scored], experts: dict[str, str]) -> dict[str, Any]:
+    """Per domain, of the parsed workflows: the share naming the domain's specialist at any step and at the first;
+    and the topology histogram (each workflow's access pattern, e.g. ``[] all``)."""
+    share: dict[str, dict[str, float]] = {}
+    for domain, name in experts.items():
+        mine = [s.result for s in scored if s.episode.domain == domain and s.result.parsed and s.result.steps]
+        if mine:
+            share[domain] = {
+                "any_step": sum(any(st.worker == name for st in r.steps) for r in mine) / len(mine),
+                "first_step": sum(r.steps[0].worker == name for r in mine) / len(mine),
+            }
+    shapes = Counter(
+        " ".join("all" if st.access == "all" else str(st.access) for st in s.result.steps)
+        for s in scored if s.result.parsed and s.result.steps
+    )  # fmt: skip
+    return {"specialist_share": share, "topologies": dict(shapes.most_common())}
 
 
 def by_domain(scored: list[Scored]) -> dict[str, float | None]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
 
 from conductor.data import adapter_path
-from conductor.policy_versions import DEFAULT_MAX_BYTES, MAX_BYTES
+from conductor.policy_versions import DEFAULT_MAX_BYTES, MAX_BYTES, VersionError, read_card
 from conductor.settings import (
     MAX_STEPS_CAP,
     CommonSettings,
@@ -28,6 +29,7 @@ from conductor.settings import (
     SettingsError,
     read,
 )
+from schemas.learner import PolicyCard, PromptStyle
 from services.planner.baselines import BaselineError, parse_baseline
 from services.planner.policies.local import LocalPolicy
 from services.planner.policies.openai_endpoint import OpenAIEndpointPolicy
@@ -88,19 +90,24 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
         ),
     ] = "moa"
     temperature: Annotated[
-        float, msgspec.Meta(ge=0), Env("CONDUCTOR_POLICY_TEMPERATURE", "The policy's sampling temperature.")
-    ] = SAMPLING_TEMPERATURE
+        Annotated[float, msgspec.Meta(ge=0)] | None,
+        Env("CONDUCTOR_POLICY_TEMPERATURE", "The policy's sampling temperature; unset: its policy card's, else 1.0.",
+            default_doc="the card's, else 1.0"),
+    ] = None
     max_tokens: Annotated[
-        Count, Env("CONDUCTOR_POLICY_MAX_TOKENS", "Cap on the Conductor's completion, in tokens.")
-    ] = MAX_COMPLETION_TOKENS
+        Count | None,
+        Env("CONDUCTOR_POLICY_MAX_TOKENS", "Cap on the Conductor's completion, in tokens; unset: its policy card's, "
+            "else 1024.", default_doc="the card's, else 1024"),
+    ] = None
     prompt: Annotated[
-        Literal["examples", "rules", "task"],
+        Literal["examples", "rules", "task"] | None,
         Env(
             "CONDUCTOR_POLICY_PROMPT",
             "The model policy's prompt, as it was trained (conductor/prompt.py PROMPT_STYLES): `examples` (rules and "
-            "few-shot), `rules`, or `task` (the user turn only).",
+            "few-shot), `rules`, or `task` (the user turn only); unset: its policy card's, else `examples`.",
+            default_doc="the card's, else examples",
         ),
-    ] = "examples"
+    ] = None
     timeout_s: Annotated[
         PositiveSeconds, Env("CONDUCTOR_POLICY_TIMEOUT_S", "Per-request timeout of an `openai:` policy.")
     ] = 120.0
@@ -165,6 +172,49 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
             )
 
 
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """How the model policy is sampled: from its policy card when it has one, else from the settings."""
+
+    prompt: PromptStyle
+    temperature: float
+    max_tokens: int
+    show_domain: bool = True
+
+
+def serving(settings: PlannerSettings, card: PolicyCard | None) -> Serving:
+    """The card's serving settings, or the planner's (defaults for what is unset) for weights without a card.
+    ``ConfigError`` naming each variable that is set and contradicts the card: weights sampled with another prompt,
+    temperature or length than they were trained with are another policy (issue 18, item 2)."""
+    if card is None:
+        return Serving(
+            prompt=settings.prompt or "examples",
+            temperature=SAMPLING_TEMPERATURE if settings.temperature is None else settings.temperature,
+            max_tokens=settings.max_tokens or MAX_COMPLETION_TOKENS,
+        )
+    pinned = [("CONDUCTOR_POLICY_PROMPT", settings.prompt, card.prompt),
+              ("CONDUCTOR_POLICY_TEMPERATURE", settings.temperature, card.temperature),
+              ("CONDUCTOR_POLICY_MAX_TOKENS", settings.max_tokens, card.max_tokens)]  # fmt: skip
+    clashes = [f"{name}={mine} but the policy card says {theirs}" for name, mine, theirs in pinned
+               if mine is not None and mine != theirs]  # fmt: skip
+    if clashes:
+        raise ConfigError(f"{'; '.join(clashes)} (trained by {card.trained_by or 'an unnamed run'}); unset the "
+                          "variable to serve the card's value")  # fmt: skip
+    return Serving(card.prompt, card.temperature, card.max_tokens, card.show_domain)
+
+
+def adapter_card(settings: PlannerSettings) -> PolicyCard | None:
+    """The configured adapter's policy card, checked against the settings (``ConfigError`` naming both)."""
+    if settings.adapter is None:
+        return None
+    try:
+        card = read_card(settings.adapter)
+    except VersionError as exc:
+        raise ConfigError(f"CONDUCTOR_POLICY_ADAPTER: {exc}") from exc
+    serving(settings, card)
+    return card
+
+
 def build_policy(settings: PlannerSettings, env: Mapping[str, str] | None = None) -> Policy | None:
     """The configured model policy, or None when the configured policy is a baseline (no model involved)."""
     env = os.environ if env is None else env
@@ -179,7 +229,9 @@ def build_policy(settings: PlannerSettings, env: Mapping[str, str] | None = None
                 name=settings.policy,
             )
         case "local":
-            return LocalPolicy(settings.policy_arg, name=settings.policy, adapter=settings.adapter)
+            return LocalPolicy(
+                settings.policy_arg, name=settings.policy, adapter=settings.adapter, card=adapter_card(settings)
+            )
         case "baseline":
             return None
         case kind:

@@ -28,7 +28,7 @@ from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest
 from schemas.usage import Usage
 from services.planner.baselines import BaselineError, BaselineSpec, handback, parse_baseline, plan_baseline
-from services.planner.config import PlannerSettings
+from services.planner.config import PlannerSettings, serving
 from services.planner.policies.worker import WORKER_PREFIX
 from services.planner.policy import Policy, PolicyError
 
@@ -125,9 +125,14 @@ class Planner:
 
     async def _sample(self, policy: Policy, req: PlanRequest) -> PlanReply:
         recursion = bool(req.previous)
+        # The model policy is served as its card says (services/planner/config.py ``serving``); a pool worker
+        # writing the workflow (`worker:<name>`) gets the full prompt with examples, sampled as settings say.
+        card = getattr(policy, "card", None) if policy is self.policy else None
+        serve = serving(self.settings, card)
         messages = policy_messages(
-            req.question, req.workers, req.previous, max_steps=req.max_steps, domain=req.domain,
-            style=self.settings.prompt if policy is self.policy else "examples",
+            req.question, req.workers, req.previous, max_steps=req.max_steps,
+            domain=req.domain if serve.show_domain else None,
+            style=serve.prompt if policy is self.policy else "examples",
         )  # fmt: skip
         failures: list[str] = []
         usage = Usage()
@@ -135,7 +140,7 @@ class Planner:
         for attempt in range(1, self.settings.resamples + 2):
             try:
                 samples = await policy.sample(
-                    messages, n=1, temperature=self.settings.temperature, max_tokens=self.settings.max_tokens
+                    messages, n=1, temperature=serve.temperature, max_tokens=serve.max_tokens
                 )
                 if not samples:
                     raise PolicyError("the policy returned no samples", retryable=True)

@@ -29,7 +29,7 @@ from conductor import metrics
 from conductor.policy_versions import VersionError, announcement_subject, fetch, list_versions
 from schemas.learner import POLICY_SUBJECT_PREFIX, PolicyVersion
 from schemas.tasks import Names
-from services.planner.config import PlannerSettings
+from services.planner.config import ConfigError, PlannerSettings, serving
 from services.planner.policies.local import LocalPolicy
 from services.planner.policy import PolicyError
 
@@ -38,6 +38,7 @@ log = structlog.get_logger("conductor.planner.versions")
 
 class VersionWatcher:
     def __init__(self, policy: LocalPolicy, settings: PlannerSettings) -> None:
+        self.settings = settings
         self.policy = policy
         self.pinned = None if settings.versions == "watch" else settings.versions
         self.max_bytes = settings.version_max_bytes
@@ -125,6 +126,10 @@ class VersionWatcher:
         active = self.policy.active
         if active is not None and active.sha256 == version.sha256:
             return True  # already served (announced again, or found at start-up and then announced)
+        try:
+            serving(self.settings, version.card)
+        except ConfigError as exc:  # an operator pinned a prompt or temperature these weights were not trained on
+            return self._refused(version, "card_conflict", exc)
         try:
             base = await self.policy.base_fingerprint()
             if version.base != base:

@@ -132,3 +132,22 @@ def test_the_export_command_writes_an_adapter_and_names_a_bad_input(base: Path, 
     assert '"rank": 2' in capsys.readouterr().out and (tmp_path / "adapter" / "conductor-export.json").is_file()
     assert main([str(base), str(base), str(tmp_path / "same"), "--rank", "2"]) == 2
     assert "does not differ" in capsys.readouterr().err
+
+
+def test_the_card_goes_beside_the_weights_with_the_bases_fingerprint(base: Path, tmp_path: Path) -> None:
+    """Issue 18, item 2: the policy card travels with the adapter, and into a policy version with it."""
+    from transformers import AutoModelForCausalLM
+
+    from conductor.policy_versions import adapter_files, fingerprint, read_card
+    from schemas.learner import PolicyCard
+    from services.learner.config import load_config
+    from services.learner.pipeline import policy_card
+
+    config = load_config(Path(__file__).parents[2] / "services" / "learner" / "presets" / "smollm2-route.toml")
+    card = policy_card(config)
+    assert (card.prompt, card.temperature, card.max_tokens, card.trained_by) == ("task", 0.5, 192, "smollm2-route")
+    export_adapter(base, _tuned(base, tmp_path / "tuned", rank=2, seed=3), tmp_path / "adapter", rank=2, card=card)
+    written = read_card(tmp_path / "adapter")
+    assert isinstance(written, PolicyCard) and written.prompt == "task"
+    assert written.base == fingerprint(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32))
+    assert "conductor-policy.json" in {p.name for p in adapter_files(tmp_path / "adapter")}  # packed with it

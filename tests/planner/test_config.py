@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from services.planner.config import ConfigError, PlannerSettings, build_policy
+from services.planner.config import ConfigError, PlannerSettings, Serving, build_policy, serving
 from services.planner.policies.local import LocalPolicy
 from services.planner.policies.openai_endpoint import OpenAIEndpointPolicy
 
 
 def test_no_configuration_is_a_working_baseline_planner() -> None:
     s = PlannerSettings.from_env({})
-    assert (s.policy, s.fallback, s.resamples, s.max_tokens, s.temperature) == (
-        "baseline:moa",
-        "moa",
-        2,
-        1024,
-        1.0,
-    )
+    assert (s.policy, s.fallback, s.resamples) == ("baseline:moa", "moa", 2)
+    assert serving(s, None) == Serving(prompt="examples", temperature=1.0, max_tokens=1024)  # docs/method.md §1, §4
     assert build_policy(s, {}) is None
 
 

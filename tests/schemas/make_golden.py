@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from schemas.errors import ErrorCode, ErrorInfo
-from schemas.learner import PolicyVersion, TrainJob, TrainProgress
+from schemas.learner import PolicyCard, PolicyVersion, TrainJob, TrainProgress
 from schemas.plan import PlanReply, PlanRequest, PriorRound, WorkerCard, Workflow
 from schemas.rollout import Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
 from schemas.solve import Budget, ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
@@ -165,6 +165,13 @@ PAYLOADS: dict[str, object] = {
     "policy_version_v5": PolicyVersion(
         version="tiny-sim@60", run="tiny-sim", step=60, object="tiny-sim/60", base="sha256:" + "3" * 64,
         base_name="runs/tiny-sim/base-model", sha256="4" * 64, size=20480, created=1795500000.5, rank=8,
+    ),
+    "policy_version_v6": PolicyVersion(
+        version="smollm2-route@0", run="smollm2-route", step=0, object="smollm2-route/0",
+        base="sha256:" + "5" * 64, base_name="runs/models/smollm2-135m-instruct", sha256="6" * 64, size=4945054,
+        created=1795600000.25, rank=8,
+        card=PolicyCard(prompt="task", show_domain=True, max_steps=5, temperature=0.5, max_tokens=192,
+                        base="sha256:" + "5" * 64, trained_by="smollm2-route"),
     ),
     "dead_letter_v1": DeadLetter(
         task_id="t-1",

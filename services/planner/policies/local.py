@@ -24,7 +24,8 @@ from typing import Any
 
 import msgspec
 
-from conductor.policy_versions import MODEL_LOAD_LOCK, VersionError, fingerprint
+from conductor.policy_versions import MODEL_LOAD_LOCK, VersionError, fingerprint, read_card
+from schemas.learner import PolicyCard
 from schemas.usage import Usage
 from schemas.work import ChatMessage
 from services.planner.policy import PolicyError, Sample
@@ -66,13 +67,18 @@ class Loaded:
     version: str | None
     base: str
     sha256: str = ""
+    card: PolicyCard | None = None  # how these weights are served (the adapter's conductor-policy.json)
 
 
 class LocalPolicy:
-    def __init__(self, ref: str, *, name: str | None = None, adapter: str | Path | None = None) -> None:
+    def __init__(
+        self, ref: str, *, name: str | None = None, adapter: str | Path | None = None, card: PolicyCard | None = None
+    ) -> None:
+        """``card``: the configured adapter's policy card (served until a policy version replaces it)."""
         self.name = name or f"local:{ref}"
         self._ref = ref
         self._adapter = Path(adapter) if adapter is not None else None
+        self._card = card
         self._generating = asyncio.Lock()  # one generation at a time: it uses every core
         self._building = asyncio.Lock()  # one model build at a time
         self._active: Loaded | None = None
@@ -83,6 +89,11 @@ class LocalPolicy:
     @property
     def active(self) -> Loaded | None:
         return self._active
+
+    @property
+    def card(self) -> PolicyCard | None:
+        """The policy card of the weights the next sample comes from."""
+        return self._active.card if self._active is not None else self._card
 
     def hold(self) -> None:
         """Samples wait until ``release``: the version watcher loads the start-up version meanwhile."""
@@ -151,10 +162,12 @@ class LocalPolicy:
             found = fingerprint(model)
             if base is not None and found != base:
                 raise VersionError("wrong_base", f"{version} is for the base {base}; {self._ref!r} is {found}")
+            card = self._card
             if adapter is not None:
                 model = _with_adapter(model, adapter)
+                card = _card(adapter) if version is not None else card
         model.eval()
-        return Loaded(model=model, tokenizer=tokenizer, version=version, base=found, sha256=sha256)
+        return Loaded(model=model, tokenizer=tokenizer, version=version, base=found, sha256=sha256, card=card)
 
     def _generate(
         self, loaded: Loaded, chat: list[dict[str, str]], n: int, temperature: float, max_tokens: int
@@ -197,6 +210,13 @@ class LocalPolicy:
 
     async def aclose(self) -> None:
         self._active = None
+
+
+def _card(adapter: Path) -> PolicyCard | None:
+    try:
+        return read_card(adapter)
+    except VersionError as exc:
+        raise PolicyError(str(exc), retryable=False) from exc
 
 
 def _with_adapter(model: Any, adapter: Path) -> Any:

@@ -1,0 +1,207 @@
+"""The search-based cold start (issue 18): supervised rows whose routing was *found*, not drawn at random.
+
+For each training question and its pool view, every candidate workflow of a small grammar (one worker alone; one
+solves and another checks with access; one solves and checks twice) is scored through the rollout API on
+``search_draws`` fresh draws (the pool must vary its answers per rollout: ``data.fresh_draws``). A candidate's value
+is its mean reward minus ``search_cost_weight`` times its mean $, where the mean reward is *shrunk* toward the same
+candidate's mean over every question of the domain (``search_prior`` pseudo-draws): a handful of draws on one
+question cannot tell a lucky cheap worker from a good one (issue 18, cause 5: selection on noise), while the domain
+mean over hundreds of questions can. The best candidate becomes one SFT row: the real prompt, and a short completion
+in one fixed shape whose reasoning names why the chosen workers fit (their own descriptions) and whose check
+subtasks are worded as checks.
+
+Sim rollouts cost milliseconds; generation and updates are what cost CPU. So this stage spends rollouts freely and
+produces few, well-labelled rows.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from conductor.pool import Pool, WorkerSpec
+from conductor.workflow import render_completion
+from evaluation.datasets import Problem
+from schemas.plan import Workflow
+from services.learner.config import LearnerConfig
+from services.learner.episodes import Episode, first_round, messages, sample_view, view_workers
+from services.learner.rewards import ConductorReward
+from services.learner.telemetry import specialists
+
+KIND = {"math": "a math problem", "mcq": "a multiple-choice question", "code": "a programming task"}
+FORMAT = {
+    "math": "Put the final answer in \\boxed{}.",
+    "mcq": "End with a line 'Answer: X' with the letter of the option.",
+    "code": "Give the complete program in one python code block.",
+}
+SOLVE = "Solve the question step by step."
+CHECK = "Check the answer above step by step and correct it if needed."
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A workflow in view ordinals, with its topology name (for the histogram) and what it is keyed by across
+    questions: the topology and the *workers* it names, so views that number them differently still pool."""
+
+    topology: str
+    ordinals: tuple[int, ...]
+
+    def key(self, view: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+        return self.topology, tuple(view[i] for i in self.ordinals)
+
+
+def candidates(k: int) -> list[Candidate]:
+    """Every candidate for a view of ``k`` workers: alone; solve then check (any pair); solve, check, check."""
+    alone = [Candidate("single", (a,)) for a in range(k)]
+    pairs = [Candidate("solve_check", (a, b)) for a in range(k) for b in range(k)]
+    triples = [Candidate("solve_check_check", (a, a, a)) for a in range(k)]
+    return [*alone, *pairs, *triples]
+
+
+def _fit(worker: WorkerSpec) -> str:
+    """The first clause of a worker's description, as a reason: "open-weight reasoning model tuned for ..."."""
+    text = (worker.description or worker.name).split(";")[0].split(".")[0].strip()
+    return text[:1].lower() + text[1:]
+
+
+def completion(c: Candidate, domain: str, workers: Sequence[WorkerSpec]) -> str:
+    """The candidate as a completion in the one fixed shape the SFT rows use (``workers``: the view, in order)."""
+    fmt = FORMAT.get(domain, "Give the final answer.")
+    first = c.ordinals[0]
+    why = f"This is {KIND.get(domain, 'a question')}. Model {first} ({_fit(workers[first])}) fits it best"
+    tasks, access = [f"{SOLVE} {fmt}"], [[]]
+    if len(c.ordinals) == 1:
+        reasoning = f"{why}, so it answers alone."
+    else:
+        checkers = c.ordinals[1:]
+        who = f"Model {checkers[0]}" if len(checkers) == 1 or len(set(checkers)) == 1 else "the next models"
+        times = "" if len(checkers) == 1 else f" {len(checkers)} times"
+        reasoning = f"{why}, so it solves it; {who} then checks the answer{times}."
+        tasks += [f"{CHECK} {fmt}"] * len(checkers)
+        access += ["all"] * len(checkers)
+    return render_completion(reasoning, Workflow(model_id=list(c.ordinals), subtasks=tasks, access_list=access))
+
+
+@dataclass
+class Tally:
+    """Rewards and $ of one candidate, on one question or over a domain."""
+
+    reward: float = 0.0
+    cost: float = 0.0
+    n: int = 0
+
+    def add(self, reward: float, cost: float) -> None:
+        self.reward, self.cost, self.n = self.reward + reward, self.cost + cost, self.n + 1
+
+    @property
+    def mean(self) -> float:
+        return self.reward / self.n if self.n else 0.0
+
+    @property
+    def mean_cost(self) -> float:
+        return self.cost / self.n if self.n else 0.0
+
+
+@dataclass
+class Searched:
+    """One question's episode and its candidates' tallies (in ``candidates(len(view))`` order)."""
+
+    episode: Episode
+    tallies: list[Tally]
+
+
+def search(
+    problems: Sequence[Problem], pool: Pool, config: LearnerConfig, reward: ConductorReward, *, seed: int = 0
+) -> list[Searched]:
+    """Score every candidate of every question on ``search_draws`` fresh draws (masked rollouts are left out)."""
+    c = config.cold_start
+    rng = random.Random(f"search:{seed}")
+    workers = view_workers(pool, config.data)
+    chosen = _balanced(problems, c.search_questions, rng)
+    episodes = [first_round(p, sample_view(workers, rng, config.data)) for p in chosen]
+    out: list[Searched] = []
+    for batch in _chunks(episodes, 16):
+        eps, texts, where = [], [], []
+        for i, ep in enumerate(batch):
+            view = pool.subset(ep.pool)
+            for j, cand in enumerate(candidates(len(view))):
+                text = completion(cand, ep.domain, view)
+                eps += [ep] * c.search_draws
+                texts += [text] * c.search_draws
+                where += [(i, j)] * c.search_draws
+        tallies = [[Tally() for _ in candidates(len(ep.pool))] for ep in batch]
+        for (i, j), s in zip(where, reward.score(eps, texts), strict=True):
+            if s.result.reward is not None:
+                tallies[i][j].add(s.result.reward, s.result.usage.cost_usd)
+        out += [Searched(ep, t) for ep, t in zip(batch, tallies, strict=True)]
+    return out
+
+
+def _balanced(problems: Sequence[Problem], n: int, rng: random.Random) -> list[Problem]:
+    """``n`` questions, the domains in turn (as training draws them), without repeats while a domain lasts."""
+    by_domain: dict[str, list[Problem]] = defaultdict(list)
+    for p in problems:
+        by_domain[p.domain].append(p)
+    for items in by_domain.values():
+        rng.shuffle(items)
+    domains = sorted(by_domain)
+    return [by_domain[domains[i % len(domains)]][(i // len(domains)) % len(by_domain[domains[i % len(domains)]])]
+            for i in range(n)]  # fmt: skip
+
+
+def _chunks(items: list[Episode], size: int) -> list[list[Episode]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def choose(searched: Sequence[Searched], *, prior: float, cost_weight: float) -> list[tuple[Episode, Candidate]]:
+    """Each question's best candidate: shrunk mean reward minus ``cost_weight`` x mean $ (module docstring)."""
+    domain_means: dict[tuple[str, tuple[str, tuple[str, ...]]], Tally] = defaultdict(Tally)
+    for s in searched:
+        for cand, t in zip(candidates(len(s.episode.pool)), s.tallies, strict=True):
+            agg = domain_means[(s.episode.domain, cand.key(s.episode.pool))]
+            agg.reward, agg.cost, agg.n = agg.reward + t.reward, agg.cost + t.cost, agg.n + t.n
+    picks = []
+    for s in searched:
+        best, best_value = None, float("-inf")
+        for cand, t in zip(candidates(len(s.episode.pool)), s.tallies, strict=True):
+            dm = domain_means[(s.episode.domain, cand.key(s.episode.pool))]
+            if not dm.n:
+                continue
+            shrunk = (t.reward + prior * dm.mean) / (t.n + prior)
+            value = shrunk - cost_weight * dm.mean_cost
+            if value > best_value:
+                best, best_value = cand, value
+        if best is not None:
+            picks.append((s.episode, best))
+    return picks
+
+
+def rows(picks: Sequence[tuple[Episode, Candidate]], pool: Pool, config: LearnerConfig) -> list[dict[str, Any]]:
+    """SFT rows (prompt, completion) for the chosen candidates."""
+    return [
+        {
+            "prompt": messages(ep, pool, config.data),
+            "completion": [{"role": "assistant", "content": completion(cand, ep.domain, pool.subset(ep.pool))}],
+        }
+        for ep, cand in picks
+    ]
+
+
+__all__ = ["Candidate", "Searched", "Tally", "candidates", "choose", "completion", "figures", "rows", "search",
+           "specialists"]  # fmt: skip
+
+
+def figures(picks: Sequence[tuple[Episode, Candidate]], specialists: dict[str, str]) -> dict[str, Any]:
+    """What the search chose: topology histogram, steps per workflow, the specialist's share per domain."""
+    topo = Counter(c.topology for _, c in picks)
+    share: dict[str, float] = {}
+    for domain, name in specialists.items():
+        mine = [(ep, c) for ep, c in picks if ep.domain == domain]
+        if mine:
+            share[domain] = sum(name in c.key(ep.pool)[1] for ep, c in mine) / len(mine)
+    steps = sum(len(c.ordinals) for _, c in picks) / max(1, len(picks))
+    return {"rows": len(picks), "topologies": dict(topo), "mean_steps": round(steps, 3), "specialist_share": share}
+

