@@ -17,10 +17,11 @@ server sends (``MIN_BEAT_S``) and ``expires`` the longest call a role serves (``
 
 The learner takes training jobs from its own work-queue stream and publishes their progress; it alone writes
 policy versions (its Object Store ``CONDUCTOR_POLICIES``) and announces them. Planners read that bucket and hear
-the announcements, nothing more; clients may submit training jobs and follow their progress and the announcements.
+the announcements, nothing more; only the ``trainer`` (an operator) submits training jobs; clients and trainers
+follow their progress and the announcements.
 
-Never granted: ``>``, deleting a stream or bucket, purging one the role does not own (only the learner purges, the
-old chunks of its own object store), and consumers on another role's streams.
+Never granted: ``>``, deleting or purging a stream or bucket (a published policy version is immutable: the learner
+puts a name once and never purges it), and consumers on another role's streams.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ from schemas.verify import VERIFY
 from schemas.work import WORK
 
 CLIENT = "client"
-ROLES = ("client", "executor", "planner", "worker-adapter", "verifier", "gateway", "learner")
+TRAINER = "trainer"
+ROLES = ("client", "executor", "planner", "worker-adapter", "verifier", "gateway", "learner", "trainer")
 """Every NATS user of a deployment: the services by their ``serve`` names, ``client`` for `conductor solve`,
-`conductor result`, `conductor eval` and any operator's client."""
+`conductor result`, `conductor eval` and any operator's client, ``trainer`` for the operator who submits training
+jobs (a job's policy may become the served one: an operator's act, never a client's)."""
 
 RESPONSE_WINDOW_S: Mapping[str, int] = {
     "executor": 3600,  # a solve or a rollout batch: as long as its requester waits (the CLI's default 600 s)
@@ -145,10 +148,18 @@ def _client(n: Names, p: str) -> Grant:
             n.submit_subject,
             *_kv_read(n.results_bucket),
             f"{API}.CONSUMER.INFO.{n.tasks_stream}.{INTAKE_CONSUMER}",  # `conductor status`: the intake's lag
-            p + TRAIN_SUBJECT,  # a training job (schemas/learner.py); the learner confines its output directory
         ),
         # Result events, training progress and policy announcements are public: reading, never writing.
         subscribe=(_all(PROGRESS, p), _all(RESULTS, p), _all(LEARNER_PROGRESS, p), _all(POLICY_VERSIONS, p)),
+    )
+
+
+def _trainer(n: Names, p: str) -> Grant:
+    """An operator submitting training jobs (schemas/learner.py) and following them. The learner confines every
+    path a job names to its data directory and never overwrites a published version (services/learner/app.py)."""
+    return Grant(
+        publish=(p + TRAIN_SUBJECT,),
+        subscribe=(_all(LEARNER_PROGRESS, p), _all(POLICY_VERSIONS, p)),
     )
 
 
@@ -242,7 +253,7 @@ def _learner(n: Names, p: str) -> Grant:
             f"{API}.CONSUMER.MSG.NEXT.{jobs}.{JOBS_CONSUMER}",
             f"$JS.ACK.{jobs}.>",  # acks, naks and in-progress marks while a job trains
             _all(LEARNER_PROGRESS, p),
-            *_stream(stream, "CREATE", "UPDATE", "PURGE"),  # replacing an object purges its old chunks
+            *_stream(stream, "CREATE", "UPDATE"),  # never PURGE: a published version is never replaced
             *_reads(stream),
             *_watch(stream),
             f"$O.{bucket}.>",
@@ -260,6 +271,7 @@ _GRANTS = {
     "verifier": _verifier,
     "gateway": _gateway,
     "learner": _learner,
+    "trainer": _trainer,
 }
 
 
@@ -334,13 +346,14 @@ CHART_BLOCKS: Mapping[str, str] = {
 
 def chart_values() -> dict[str, dict[str, object]]:
     """The ``nats`` block each chart service should carry (user, publish, subscribe, responses) and, under
-    ``auth.users.client``, the client's lists: what tests/deploy compares values.yaml with. The chart appends each
-    user's inbox prefix itself (``_INBOX.<user>.>``), since the user name is a value."""
+    ``auth.users.client`` and ``auth.users.trainer``, those users' lists: what tests/deploy compares values.yaml
+    with. The chart appends each user's inbox prefix itself (``_INBOX.<user>.>``), since the user name is a value."""
     out: dict[str, dict[str, object]] = {}
-    for block, role in [*CHART_BLOCKS.items(), ("auth.users.client", CLIENT)]:
+    users = [(f"auth.users.{role}", role) for role in (CLIENT, TRAINER)]
+    for block, role in [*CHART_BLOCKS.items(), *users]:
         g = grant(role)
         entry: dict[str, object] = {"publish": list(g.publish), "subscribe": list(g.subscribe)}
-        if block != "auth.users.client":
+        if not block.startswith("auth.users."):
             entry = {"user": role, **entry}
         if g.window_s is not None:
             entry["responses"] = {"max": g.max_responses, "expires": f"{g.window_s}s"}

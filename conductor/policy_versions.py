@@ -47,7 +47,7 @@ ALLOWED_SUFFIXES = frozenset({".json", ".safetensors", ".md"})
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _TOKEN = re.compile(r"[^A-Za-z0-9_-]")
 FINGERPRINT_SAMPLE = 4096
-REASONS = ("missing", "too_large", "corrupt", "wrong_base", "unavailable")
+REASONS = ("missing", "too_large", "corrupt", "wrong_base", "unavailable", "exists")
 
 MAX_BYTES = Env(
     "CONDUCTOR_POLICY_VERSION_MAX_BYTES",
@@ -206,7 +206,9 @@ async def put_version(
     max_bytes: int, bucket_max_bytes: int = 0,
 ) -> PolicyVersion:  # fmt: skip
     """Pack ``adapter_dir`` and put it as the version ``<run>@<step>``; the ``PolicyVersion`` to announce.
-    Putting a version again (a resumed job) replaces the object: its announcement names the new bytes."""
+    A published version is immutable: putting the same bytes again (a resumed job) returns the stored version;
+    other bytes under a name already taken are ``VersionError('exists')`` — a name a planner may have pinned or
+    served never changes its weights."""
     with tempfile.TemporaryDirectory(prefix="conductor-version-") as tmp:
         packed = Path(tmp) / "version.tar"
         await asyncio.to_thread(pack, adapter_dir, packed)
@@ -223,6 +225,11 @@ async def put_version(
         except msgspec.ValidationError as exc:
             raise VersionError("corrupt", f"not a valid policy version: {exc}") from exc
         store = await open_bucket(js, bucket, create=True, max_bytes=bucket_max_bytes)
+        if (stored := await _stored(store, version.object)) is not None:
+            if stored.sha256 == version.sha256:
+                return stored
+            raise VersionError("exists", f"{version.version} is already published with other weights "
+                                         f"(sha256 {stored.sha256[:12]}); a version name is never reused")  # fmt: skip
         meta = ObjectMeta(description=msgspec.json.encode(version).decode())
         fh = await asyncio.to_thread(packed.open, "rb")
         try:
@@ -236,6 +243,21 @@ async def put_version(
         finally:
             fh.close()
     return version
+
+
+async def _stored(store: Any, name: str) -> PolicyVersion | None:
+    """The version already stored under ``name`` (None: the name is free). An object there without a valid
+    description still takes the name."""
+    try:
+        info = await store.get_info(name)
+    except nats.js.errors.ObjectNotFoundError:
+        return None
+    except (nats.errors.Error, nats.js.errors.Error) as exc:
+        raise _unavailable(f"reading {name}", exc) from exc
+    found = _described(info)
+    if found is None:
+        raise VersionError("exists", f"{name} is taken by an object that is not a policy version")
+    return found
 
 
 def _described(info: Any) -> PolicyVersion | None:

@@ -3,7 +3,7 @@ may do what on the bus.
 
 Why generated: the chart's lists used to be kept by hand and drifted from what the services do (every service
 could publish to every inbox). Each service block's ``nats:`` entries (user, publish, subscribe, responses) and
-``auth.users.client`` are rewritten in place, comments and all; everything else in the file is left as it is.
+``auth.users.client``/``auth.users.trainer`` are rewritten in place, comments and all; everything else in the file is left as it is.
 tests/deploy/test_chart_security.py fails when the file is stale. Run from the repository root:
 ``.venv/bin/python infra/chart_permissions.py`` (then ``infra/chart_schema.py``).
 """

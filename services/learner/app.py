@@ -57,6 +57,11 @@ RETRY_DELAY_S = 30.0
 ROLL_POLL_S = 5.0  # how often a roll's progress is read (vLLM pods take minutes to load a checkpoint)
 
 
+def _data_dir() -> Path:
+    """The learner's data directory when none is set: the user's, never the working directory."""
+    return Path.home() / ".local" / "share" / "conductor" / "learner"
+
+
 class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Everything about a run (model, stages, GRPO, output directory) is in the job's config file
     (services/learner/config.py), so one learner can run any job; these say where runs live and how a finished
@@ -64,14 +69,17 @@ class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     common: CommonSettings = CommonSettings()
     checkpoint_dir: Annotated[
-        Path | None,
+        Path,
         Env(
             "CONDUCTOR_LEARNER_CHECKPOINT_DIR",
-            "Where jobs' runs live: a job's relative output directory is placed under it, and one outside it is "
-            "refused. The chart mounts the checkpoint volume here, and read-only at the same path in the policy "
-            "vLLM server, so a checkpoint or adapter path means the same file in both.",
+            "The learner's data directory: every path a job names (output.dir, model.path, data.pool_file, "
+            "output.adapter_base) is placed under it, and one outside it is refused. The chart mounts the checkpoint "
+            "volume here, and read-only at the same path in the policy vLLM server, so a checkpoint or adapter path "
+            "means the same file in both.",
+            fallback=_data_dir,
+            default_doc="~/.local/share/conductor/learner",
         ),
-    ] = None
+    ] = Path("runs")
     publish: Annotated[
         bool,
         Env(
@@ -233,16 +241,27 @@ class LearnerService:
         return error
 
     def placed(self, config: LearnerConfig, output_dir: str | None) -> LearnerConfig:
-        """The config with its output directory under ``CONDUCTOR_LEARNER_CHECKPOINT_DIR`` (a job may not write
-        elsewhere: its directory is rolled out to the policy server); ``ConfigError`` when it would leave it."""
-        out = Path(output_dir or config.output.dir)
-        root = self.settings.checkpoint_dir
-        if root is not None:
-            placed = (root / out).resolve()  # an absolute ``out`` stays itself
-            if not placed.is_relative_to(root.resolve()):
-                raise ConfigError(f"output.dir: {out} is outside CONDUCTOR_LEARNER_CHECKPOINT_DIR ({root})")
-            out = placed
-        return msgspec.structs.replace(config, output=msgspec.structs.replace(config.output, dir=str(out)))
+        """The config with every path it names under ``CONDUCTOR_LEARNER_CHECKPOINT_DIR``: a job is a client's
+        text, and its paths are where the learner writes (output, a converted base model) or what it reads and
+        may publish (a base, a pool); ``ConfigError`` naming the key when one would leave the directory."""
+        root = self.settings.checkpoint_dir.resolve()
+
+        def inside(key: str, value: str) -> str:
+            if not value:
+                return value  # the default: under output.dir, or a file shipped with the package
+            placed = (root / value).resolve()  # an absolute ``value`` stays itself
+            if not placed.is_relative_to(root):
+                raise ConfigError(f"{key}: {value} is outside CONDUCTOR_LEARNER_CHECKPOINT_DIR ({root})")
+            return str(placed)
+
+        m, d, o = config.model, config.data, config.output
+        return msgspec.structs.replace(
+            config,
+            model=msgspec.structs.replace(m, path=inside("model.path", m.path)),
+            data=msgspec.structs.replace(d, pool_file=inside("data.pool_file", d.pool_file)),
+            output=msgspec.structs.replace(o, dir=inside("output.dir", output_dir or o.dir),
+                                           adapter_base=inside("output.adapter_base", o.adapter_base)),
+        )  # fmt: skip
 
     async def release(self, job_id: str, config: LearnerConfig) -> ErrorInfo | None:
         """Ship the run's finished policy: publish its adapter as a version, then bring the vLLM policy server to it

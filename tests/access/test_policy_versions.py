@@ -31,7 +31,7 @@ async def test_a_job_runs_from_the_learners_stream_and_reports_as_the_learner(se
     before = len(secured.log())
     env = {**secured.env, "CONDUCTOR_LOG_LEVEL": "WARNING"}
     events: list[TrainProgress] = []
-    client = await secured.connect("client")
+    client = await secured.connect("trainer")  # an operator's act (issue 19, item 2), not a client's
 
     async def on_event(msg) -> None:
         events.append(msgspec.json.decode(msg.data, type=TrainProgress))

@@ -250,7 +250,8 @@ def test_service_permissions_follow_the_subjects_in_schemas():
     learner = _parse_users(named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"])
     assert f"{POLICY_SUBJECT_PREFIX}.>" in learner["learner"]["publish"]
     assert learner["learner"]["subscribe"] == ["_INBOX.learner.>"]
-    assert TRAIN_SUBJECT in users["client"]["publish"]
+    assert TRAIN_SUBJECT not in users["client"]["publish"]  # training is an operator's act (issue 19, item 2)
+    assert users["trainer"]["publish"] == [TRAIN_SUBJECT]
     assert users["worker-adapter"]["subscribe"] == [WORK_SUBJECT, "_INBOX.worker-adapter.>"]
     assert users["verifier"] == {"publish": [], "subscribe": [VERIFY_SUBJECT, "_INBOX.verifier.>"]}
     assert users["executor"]["subscribe"] == [SOLVE_SUBJECT, ROLLOUT_SUBJECT, "_INBOX.executor.>"]
@@ -277,7 +278,8 @@ def test_chart_permissions_are_the_ones_conductor_access_declares():
     assert text == module.render(text), "stale: run infra/chart_permissions.py, then infra/chart_schema.py"
     values = yaml.safe_load(text)
     for block, entry in chart_values().items():
-        got = values["auth"]["users"]["client"] if block == "auth.users.client" else values[block]["nats"]
+        user = block.removeprefix("auth.users.")
+        got = values["auth"]["users"][user] if block.startswith("auth.users.") else values[block]["nats"]
         assert got == entry, block
 
 

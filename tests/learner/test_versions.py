@@ -228,6 +228,53 @@ def test_a_jobs_output_directory_stays_under_the_checkpoint_directory(tmp_path):
             svc.placed(config, escape)
 
 
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ('[model]\nsource = "smollm2"\npath = "/tmp/elsewhere/model"\n', "model.path"),  # where it converts to
+        ('[model]\nsource = "path"\npath = "../../root/model"\n', "model.path"),  # a base read from anywhere
+        ('[model]\nsource = "tiny"\n[data]\npool_file = "/etc/passwd"\n', "data.pool_file"),
+        ('[model]\nsource = "tiny"\n[output]\nadapter_base = "/home/x/base"\n', "output.adapter_base"),
+    ],
+)
+def test_no_path_a_job_names_leaves_the_learners_data_directory(tmp_path, toml, key):
+    """Issue 19, item 2: a job is a client's text; every path in it is placed under the data directory."""
+    svc = LearnerService(LearnerSettings.from_env({"CONDUCTOR_LEARNER_CHECKPOINT_DIR": str(tmp_path)}))
+    with pytest.raises(ConfigError, match=f"^{key}: .* is outside CONDUCTOR_LEARNER_CHECKPOINT_DIR"):
+        svc.placed(parse_config(toml), None)
+
+
+def test_paths_inside_the_data_directory_are_placed_there(tmp_path):
+    svc = LearnerService(LearnerSettings.from_env({"CONDUCTOR_LEARNER_CHECKPOINT_DIR": str(tmp_path)}))
+    config = svc.placed(parse_config('[model]\nsource = "path"\npath = "models/base"\n[data]\n'
+                                     'pool_file = "pools/p.toml"\n'), None)  # fmt: skip
+    assert (config.model.path, config.data.pool_file) == (str(tmp_path / "models/base"), str(tmp_path / "pools/p.toml"))
+
+
+def test_the_data_directory_has_a_safe_default():
+    assert LearnerSettings.from_env({}).checkpoint_dir == Path.home() / ".local" / "share" / "conductor" / "learner"
+
+
+def test_a_learning_rate_that_destroys_the_model_is_refused():
+    with pytest.raises(ConfigError, match="grpo.learning_rate"):
+        parse_config("[grpo]\nlearning_rate = 10\n")
+    with pytest.raises(ConfigError, match="cold_start.sft_learning_rate"):
+        parse_config("[cold_start]\nsft_learning_rate = 0.5\n")
+
+
+@pytest.mark.nats
+async def test_a_published_version_is_never_replaced(nc, subject_prefix, tiny_adapters):
+    """Issue 19, item 2: the same bytes again (a resumed job) return the stored version; other bytes are refused."""
+    js, bucket = nc.jetstream(), Names.for_prefix(subject_prefix).policies_bucket + "_IMMUTABLE"
+    first = await put_version(js, bucket, tiny_adapters.a, run="prod", step=1, base=OTHER_BASE, max_bytes=1 << 30)
+    again = await put_version(js, bucket, tiny_adapters.a, run="prod", step=1, base=OTHER_BASE, max_bytes=1 << 30)
+    assert again == first
+    with pytest.raises(VersionError) as info:
+        await put_version(js, bucket, tiny_adapters.b, run="prod", step=1, base=OTHER_BASE, max_bytes=1 << 30)
+    assert info.value.reason == "exists" and "never reused" in str(info.value)
+    assert (await list_versions(js, bucket)) == [first]
+
+
 class FakeVllm:
     """vLLM's run-time LoRA endpoints as a vLLM without ``load_inplace`` answers them: a name already loaded is a
     400 until it is unloaded."""
