@@ -30,7 +30,7 @@ from opentelemetry.trace import StatusCode
 from conductor import metrics, tracing
 from conductor.liveness import current_deadline, expired
 from conductor.pool import Pool, WorkerSpec
-from conductor.reward import reward
+from conductor.reward import judge, policy_parsed
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest, PriorRound, Workflow
 from schemas.solve import ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
@@ -302,7 +302,7 @@ class _TaskRun:
     async def run(self) -> SolveResult:
         st = self.state
         error = await self._run_rounds()
-        parsed = _policy_parsed(st.rounds)
+        parsed = policy_parsed(st.rounds)
         verdict = await self._verify() if parsed is not False or self.source.verify_unparsed else None
         if isinstance(verdict, ErrorInfo):  # the verifier is down: no verdict yet, the task is retried later
             error, verdict = verdict, None
@@ -312,7 +312,7 @@ class _TaskRun:
             workflows=st.rounds,
             usage=usage_summary(st.rounds),
             verdict=verdict,
-            reward=_reward(parsed, verdict, error),
+            reward=judge(parsed, verdict, error).value,
             error=error,
         )
 
@@ -520,34 +520,6 @@ def _best_so_far(steps: list[StepRecord]) -> str | None:
     """When a round stops early, the latest completed step's response is the best answer it produced."""
     done = [s for s in steps if s.error is None and s.response]
     return done[-1].response if done else None
-
-
-def _policy_parsed(rounds: Sequence[RoundRecord]) -> bool | None:
-    """Whether the policy's own completions parsed, which is what the reward judges (docs/method.md §3).
-
-    False when a round's did not: a format error, or a fallback baseline that stood in after every sample the
-    policy drew had failed to parse (``fallback_used`` with ``planner_attempts`` > 0: had one sample parsed, the
-    planner would have used it). None when a fallback stood in for a policy that wrote nothing at all (its backend
-    failed before the first sample): there is no completion of the policy's to judge. True otherwise, including a
-    workflow that parsed on a resample and a baseline asked for by name (it is judged as the policy)."""
-    judged: bool | None = True
-    for r in rounds:
-        if (r.error is not None and r.error.code == ErrorCode.FORMAT_ERROR) or (
-            r.fallback_used and r.planner_attempts > 0
-        ):
-            return False
-        if r.fallback_used:
-            judged = None
-    return judged
-
-
-def _reward(parsed: bool | None, verdict: Verdict | None, error: ErrorInfo | None) -> float | None:
-    """docs/method.md §3: 0 for an unparseable completion whatever else happened; otherwise 1 / 0.5 from the verdict,
-    or None (masked in training) when nothing of the policy's was judged, or an infrastructure error (a worker
-    failing after its retries, the budget, a deadline, the verifier) stopped the workflow or its verification."""
-    if parsed is None or (parsed and error is not None):
-        return None
-    return reward(parsed, verdict)
 
 
 def _budget_error(reason: str) -> ErrorInfo:

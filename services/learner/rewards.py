@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 
+from conductor.reward import shape
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.rollout import Rollout, RolloutResult
 from schemas.solve import Budget
@@ -53,14 +54,6 @@ Observer = Callable[[list[Scored], float, float], None]
 """Told every scored batch with the ``time.perf_counter()`` span its scoring took (metrics, recursion, the log)."""
 Scorer = Callable[[list[Rollout]], list[RolloutResult]]
 """Synchronous rollout scoring (``LoopThread.run(client.score(...))`` in a run; a plain function in tests)."""
-
-
-def shape_reward(result: RolloutResult, scale: float, cost_weight: float) -> float | None:
-    """The executor's reward, minus the optional cost penalty, times the episode's scale; ``None`` stays ``None``
-    (a masked sample is never turned into a number here)."""
-    if result.reward is None:
-        return None
-    return scale * (result.reward - cost_weight * result.usage.cost_usd)
 
 
 def completion_text(completion: Any) -> str:
@@ -109,7 +102,7 @@ class ConductorReward:
         weight = self._config.grpo.cost_weight
         return [
             Scored(
-                episode=ep, completion=t, result=r, reward=shape_reward(r, ep.scale, weight), step=step,
+                episode=ep, completion=t, result=r, reward=shape(r.reward, cost_usd=r.usage.cost_usd, cost_weight=weight, scale=ep.scale).value, step=step,
                 policy_version=version,
             )
             for ep, t, r in zip(episodes, texts, results, strict=True)

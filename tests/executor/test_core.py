@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from conductor.pool import load_pool
-from conductor.reward import reward
+from conductor.reward import judge
 from conductor.settings import CommonSettings
 from conductor.wire import WireError, decode, encode
 from schemas.errors import ErrorCode, ErrorInfo
@@ -163,8 +163,8 @@ async def test_reference_is_verified_and_rewarded():
 def test_reward_masks_verifier_errors():
     from schemas.verify import Verdict
 
-    assert reward(True, Verdict(id="x", outcome=Outcome.ERROR, reason="died")) is None
-    assert reward(False, None) == 0.0
+    assert judge(True, Verdict(id="x", outcome=Outcome.ERROR, reason="died")).value is None
+    assert judge(False, None).value == 0.0
 
 
 async def test_checkpoint_after_every_plan_and_step_and_resume_skips_finished_calls():

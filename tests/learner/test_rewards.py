@@ -7,12 +7,13 @@ import math
 import msgspec
 import pytest
 
+from conductor.reward import shape
 from schemas.rollout import Rollout, RolloutResult
 from schemas.usage import Usage
 from schemas.verify import TextReference
 from services.learner.config import parse_config
 from services.learner.episodes import Episode
-from services.learner.rewards import ConductorReward, MaskedStormError, shape_reward
+from services.learner.rewards import ConductorReward, MaskedStormError
 
 CONFIG = parse_config('[model]\nsource = "tiny"\n[grpo]\nmax_masked_fraction = 0.5\n')
 EP = Episode(question="What is 2+2?", reference=TextReference(answer="4", kind="math"), domain="math", pool=["a", "b"])
@@ -40,10 +41,10 @@ def test_masked_rewards_stay_none_never_zero() -> None:
 
 def test_recursion_first_round_scale_and_cost_penalty() -> None:
     first = msgspec.structs.replace(EP, scale=0.25, recurse=True)
-    assert shape_reward(RolloutResult(id="a", reward=1.0), first.scale, 0.0) == 0.25
-    assert shape_reward(RolloutResult(id="a", reward=0.5), first.scale, 0.0) == 0.125
-    assert shape_reward(RolloutResult(id="a", reward=None), first.scale, 0.0) is None
-    penalised = shape_reward(RolloutResult(id="a", reward=1.0, usage=Usage(cost_usd=0.2)), 1.0, 0.5)
+    assert shape(1.0, scale=first.scale).value == 0.25
+    assert shape(0.5, scale=first.scale).value == 0.125
+    assert shape(None, scale=first.scale).value is None
+    penalised = shape(1.0, cost_usd=0.2, cost_weight=0.5).value
     assert math.isclose(penalised, 0.9)
 
 

