@@ -117,6 +117,20 @@ def await_chain(coro: object) -> list[str]:
     return lines
 
 
+def _strategy(name: str | None, pool: list[str] | None):
+    """``--policy`` through the one strategy grammar (conductor/strategy.py), in the names of the request's pool:
+    ``--pool``, else the deployment's pool file (CONDUCTOR_POOL, else the bundled demo pool)."""
+    from conductor.pool import load_pool
+    from conductor.strategy import parse_strategy
+
+    if name is None:
+        return None
+    if pool is None:
+        path = os.environ.get("CONDUCTOR_POOL")
+        pool = load_pool(Path(path) if path else None).names()
+    return parse_strategy(name, pool)
+
+
 def _cmd_solve(args: argparse.Namespace) -> int:
     from conductor.app.render import result_view
     from conductor.client import ConductorClient, SolveTimeoutError
@@ -124,15 +138,21 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     from schemas.solve import ProgressEvent, SolveRequest
 
     console = Console(stderr=True)
+    pool = [p.strip() for p in args.pool.split(",")] if args.pool else None
+    try:
+        named = _strategy(args.policy, pool)
+    except ValueError as exc:  # StrategyError, or a pool file that does not load
+        print(f"conductor solve: --policy: {exc}", file=sys.stderr)
+        return 2
     req = SolveRequest(
         question=args.question,
         task_id=args.task_id,
-        pool=[p.strip() for p in args.pool.split(",")] if args.pool else None,
-        max_steps=args.max_steps,
-        max_rounds=args.rounds,
+        pool=pool,
+        max_steps=args.max_steps or (named.max_steps if named else None),
+        max_rounds=args.rounds or (named.max_rounds if named else 0),
         domain=args.domain,
         reference=args.reference,
-        policy=args.policy,
+        policy=named.policy if named else None,
     )
 
     def show(ev: ProgressEvent) -> None:
@@ -255,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int)
     p.add_argument("--domain", help="answer-format hint: math, mcq, code, general")
     p.add_argument("--reference", help="ground truth; the result then carries a verdict")
-    p.add_argument("--policy", help="planner policy override, e.g. moa, single:1, refine:3")
+    p.add_argument("--policy", help="a strategy instead of the configured Conductor (conductor/strategy.py): moa, "
+                   "single:NAME, refine:3@NAME, consensus:5, worker:NAME, each with +rN")
     p.add_argument("--task-id")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", action="store_true", help="print the SolveResult JSON")

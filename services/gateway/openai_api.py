@@ -9,20 +9,19 @@ cannot honour (several choices, tool calls, forced JSON) are refused with a 400 
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Literal
 
 import msgspec
 
+from conductor.strategy import StrategyError, parse_strategy
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import Budget, SolveRequest, SolveResult
 from schemas.usage import Usage
 
 CONDUCTOR_MODEL = "conductor"
-_BASELINE = re.compile(r"^(single|moa|refine|consensus)(:[1-9][0-9]?)?(@[0-9]{1,3})?$")
 BASELINE_MODELS = ("moa", "refine:5", "consensus:5")
-"""Advertised by ``GET /v1/models``; any spec of the planner's baseline grammar is accepted (``refine:3``...)."""
+"""Advertised by ``GET /v1/models``; any name of the strategy grammar is accepted (``refine:3``, ``moa:4+r1``...)."""
 
 
 class ContentPart(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,23 +99,29 @@ class Strategy(msgspec.Struct, frozen=True, kw_only=True):
 
     policy: str | None
     pool: list[str] | None = None
+    max_steps: int | None = None  # what the strategy needs (moa: K + 1); None: the request's
+    max_rounds: int | None = None  # a name's +rN; None: the request's
 
 
 def strategy_for(model: str, worker_names: list[str]) -> Strategy:
+    """``conductor``, a pool worker's name (that worker alone, on a pool of itself), or any name of the one strategy
+    grammar (conductor/strategy.py): ``moa`` here is the ``moa`` of `conductor eval` and of the CLI."""
     if model == CONDUCTOR_MODEL:
         return Strategy(policy=None)
     if model in worker_names:
         return Strategy(policy="single", pool=[model])
-    if _BASELINE.match(model):
-        return Strategy(policy=model)
-    raise GatewayError(
-        404,
-        f"the model {model!r} does not exist: use 'conductor', a baseline ({', '.join(BASELINE_MODELS)}, "
-        "refine:N, consensus:N, moa:K) or a pool worker's name (GET /v1/models)",
-        kind="invalid_request_error",
-        code="model_not_found",
-        param="model",
-    )
+    try:
+        named = parse_strategy(model, worker_names)
+    except StrategyError as exc:
+        raise GatewayError(
+            404,
+            f"the model {model!r} does not exist: use 'conductor', a pool worker's name (GET /v1/models) or a "
+            f"strategy ({exc})",
+            kind="invalid_request_error",
+            code="model_not_found",
+            param="model",
+        ) from None
+    return Strategy(policy=named.policy, max_steps=named.max_steps, max_rounds=named.max_rounds or None)
 
 
 def _text(msg: ChatMessageIn, index: int) -> str:
@@ -174,7 +179,7 @@ def solve_request(req: ChatCompletionRequest, worker_names: list[str], task_id: 
         raise bad_request("only response_format type 'text' is supported", "response_format.type")
     if req.max_rounds < 0:
         raise bad_request("max_rounds must be >= 0", "max_rounds")
-    strategy = strategy_for(req.model, worker_names)
+    strategy = strategy_for(req.model, req.pool or worker_names)  # ordinals of the request's pool
     pool = req.pool
     if strategy.pool is not None:
         if pool is not None and req.model not in pool:
@@ -184,8 +189,8 @@ def solve_request(req: ChatCompletionRequest, worker_names: list[str], task_id: 
         question=question_of(req.messages),
         task_id=task_id,
         pool=pool,
-        max_steps=req.max_steps,
-        max_rounds=req.max_rounds,
+        max_steps=strategy.max_steps or req.max_steps,
+        max_rounds=req.max_rounds if strategy.max_rounds is None else strategy.max_rounds,
         domain=req.domain,
         policy=strategy.policy,
         budget=req.budget,

@@ -6,9 +6,10 @@ the executor treat a baseline exactly like a Conductor. Workers are ordinals int
 Spec grammar (``CONDUCTOR_PLANNER_FALLBACK``, ``PlanRequest.policy``, ``baseline:<spec>``)::
 
     single[:W]         worker W (default 0) answers alone                                  1 step
-    moa[:K][@A]        K proposers (default: every worker, cycling), access []; then aggregator A (default 0)
-                       with "all". The paper's MoA is one proposer layer + aggregator (docs/method.md §7). K is capped
-                       at max_steps - 1; with max_steps = 1 MoA is ``single:A``.
+    moa[:K][@A]        K proposers (default 7, cycling over the pool), access []; then aggregator A (default 0)
+                       with "all". The paper's MoA is one proposer layer + aggregator: 8 calls (docs/method.md §7).
+                       K is capped at max_steps - 1 (a request asking for `moa` by name through conductor/strategy.py
+                       gets max_steps = K + 1); with max_steps = 1 MoA is ``single:A``.
     refine[:N][@W]     self-refinement: W answers, then revises N - 1 times with "all" access     N steps
                        (default N = max_steps; the paper's self-reflection revises up to 5 times)
     consensus[:N][@W]  N independent samples of W (access []), then W itself reads them ("all") and states the
@@ -27,14 +28,13 @@ from typing import Literal
 
 import msgspec
 
+from conductor.strategy import CONSENSUS_SAMPLES, MOA_PROPOSERS
 from conductor.workflow import build_workflow, render_completion
 from schemas.plan import Access, Workflow
 
 Kind = Literal["single", "moa", "refine", "consensus"]
 KINDS: tuple[Kind, ...] = ("single", "moa", "refine", "consensus")
 
-CONSENSUS_SAMPLES = 5
-"""docs/method.md §7: the consensus baseline draws 5 samples."""
 
 ANSWER = (
     "Answer the question. Reason step by step, then state the final answer clearly at the end in the form the "
@@ -114,7 +114,7 @@ def plan_baseline(spec: BaselineSpec, *, n_workers: int, max_steps: int) -> Base
         case "single":
             reasoning, steps = _single(worker)
         case "moa":
-            reasoning, steps = _moa(spec.count or n_workers, worker, n_workers, max_steps)
+            reasoning, steps = _moa(spec.count or MOA_PROPOSERS, worker, n_workers, max_steps)
         case "refine":
             reasoning, steps = _refine(min(spec.count or max_steps, max_steps), worker)
         case "consensus":

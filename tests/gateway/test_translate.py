@@ -70,8 +70,10 @@ def test_features_a_conductor_cannot_honour_are_refused_not_ignored(fields, para
 
 def test_model_picks_the_strategy():
     assert strategy_for("conductor", WORKERS).policy is None
-    assert strategy_for("refine:3", WORKERS).policy == "refine:3"
-    assert strategy_for("moa:2@1", WORKERS).policy == "moa:2@1"
+    refine = strategy_for("refine:3", WORKERS)  # the one grammar (conductor/strategy.py), as `conductor eval` reads it
+    assert (refine.policy, refine.max_steps) == ("refine:3@0", 3)
+    moa = strategy_for("moa", WORKERS)
+    assert (moa.policy, moa.max_steps) == ("moa:7", 8)
     worker = strategy_for("sim-math", WORKERS)
     assert (worker.policy, worker.pool) == ("single", ["sim-math"])
     with pytest.raises(GatewayError) as err:
