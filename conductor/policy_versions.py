@@ -107,6 +107,64 @@ def adapter_files(adapter_dir: Path) -> list[Path]:
     )  # fmt: skip
 
 
+MAX_RANK = 256
+MAX_TARGETS = 64
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z0-9_]{1,64}){0,8}$")
+_NEUTRAL = (None, False, {}, [], "")
+_INFORMATIONAL = frozenset({
+    "base_model_name_or_path", "revision", "peft_version", "inference_mode", "init_lora_weights", "megatron_core",
+    "qalora_group_size", "auto_mapping", "use_rslora",
+})  # fmt: skip
+"""Keys of a peft ``adapter_config.json`` that say nothing about what the adapter changes in the model."""
+
+
+def check_adapter_config(adapter_dir: Path) -> dict[str, Any]:
+    """``adapter_config.json`` against an allow-list; ``VersionError('corrupt')`` naming the key otherwise.
+
+    peft obeys whatever the file says, and a version comes from the bus (issue 19, item 5): a *string*
+    ``target_modules`` is a regular expression matched against every module name (a pathological one held the
+    model-load lock for minutes), ``modules_to_save`` replaces whole modules (``lm_head``) with the file's copy,
+    ``layer_replication`` grows the model, ``rank_pattern``/``alpha_pattern`` are regex-keyed. So: a plain LoRA
+    (``peft_type`` LORA, causal LM, no bias, no DoRA), rank 1..256, ``target_modules`` a list of at most 64 module
+    names, each of those keys absent or empty, and any other key either informational or neutral (null, false,
+    empty) — a newer peft's new feature is refused until it is reviewed, not obeyed."""
+    path = adapter_dir / ADAPTER_CONFIG
+    try:
+        raw = path.read_bytes()
+        config = json.loads(raw) if len(raw) <= 64 * 1024 else None
+    except (OSError, ValueError) as exc:
+        raise VersionError("corrupt", f"{path} is not JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise VersionError("corrupt", f"{path} is not a JSON object of at most 64 KiB")
+
+    def bad(key: str, why: str) -> VersionError:
+        return VersionError("corrupt", f"{path}: {key} = {json.dumps(config.get(key))[:80]}: {why}")
+
+    if config.get("peft_type") != "LORA" or config.get("task_type") not in ("CAUSAL_LM", None):
+        raise bad("peft_type", "only a LoRA adapter for a causal LM is served")
+    rank = config.get("r")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 1 <= rank <= MAX_RANK:
+        raise bad("r", f"the rank must be a whole number 1..{MAX_RANK}")
+    alpha = config.get("lora_alpha")
+    if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not 0 < alpha <= 4 * MAX_RANK:
+        raise bad("lora_alpha", f"must be a number in (0, {4 * MAX_RANK}]")
+    dropout = config.get("lora_dropout", 0.0)
+    if not isinstance(dropout, int | float) or not 0 <= dropout <= 1:
+        raise bad("lora_dropout", "must be in [0, 1]")
+    targets = config.get("target_modules")
+    if not isinstance(targets, list) or not 1 <= len(targets) <= MAX_TARGETS or not all(
+        isinstance(t, str) and _MODULE_NAME.match(t) for t in targets
+    ):
+        raise bad("target_modules", f"must be a list of 1..{MAX_TARGETS} module names (a string is a regex)")
+    if config.get("bias", "none") != "none":
+        raise bad("bias", "only 'none'")
+    checked = {"peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "target_modules", "bias"}
+    for key, value in config.items():
+        if key not in checked and key not in _INFORMATIONAL and value not in _NEUTRAL:
+            raise bad(key, "not allowed in a served adapter (only neutral values: null, false, empty)")
+    return config
+
+
 CARD_FILE = "conductor-policy.json"
 """The policy card beside an adapter's weights (schemas.learner.PolicyCard): how the weights must be served."""
 
@@ -168,6 +226,7 @@ def unpack(tar_path: Path, into: Path, *, max_bytes: int) -> Path:
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise VersionError("corrupt", f"the packed version is not a readable tar: {exc}") from exc
     adapter_files(into)  # the two files peft needs are there
+    check_adapter_config(into)  # and nothing in its config peft would obey to the model's harm
     return into
 
 

@@ -18,7 +18,13 @@ from typing import Annotated, Literal
 import msgspec
 
 from conductor.data import adapter_path
-from conductor.policy_versions import DEFAULT_MAX_BYTES, MAX_BYTES, VersionError, read_card
+from conductor.policy_versions import (
+    DEFAULT_MAX_BYTES,
+    MAX_BYTES,
+    VersionError,
+    check_adapter_config,
+    read_card,
+)
 from conductor.settings import (
     MAX_STEPS_CAP,
     CommonSettings,
@@ -208,6 +214,7 @@ def adapter_card(settings: PlannerSettings) -> PolicyCard | None:
     if settings.adapter is None:
         return None
     try:
+        check_adapter_config(settings.adapter)
         card = read_card(settings.adapter)
     except VersionError as exc:
         raise ConfigError(f"CONDUCTOR_POLICY_ADAPTER: {exc}") from exc

@@ -32,7 +32,7 @@ def test_moa_proposers_then_aggregator_capped_by_max_steps() -> None:
     assert w.model_id == [0, 1, 2, 3, 0]
     assert w.access_list == [[], [], [], [], "all"]
     assert w.subtasks[-1] == AGGREGATE
-    assert plan("moa", n_workers=2).workflow.model_id == [0, 1, 0]
+    assert plan("moa", n_workers=2).workflow.model_id == [0, 1, 0, 1, 0]  # 7 proposers cycling, capped at 4
     with pytest.raises(BaselineError):
         plan("moa:3@2", n_workers=2)  # aggregator outside the pool
     assert plan("moa:4@1", n_workers=2).workflow.model_id == [0, 1, 0, 1, 1]  # proposers cycle

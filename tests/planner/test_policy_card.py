@@ -21,8 +21,11 @@ CARD = PolicyCard(prompt="task", show_domain=False, max_steps=5, temperature=0.5
                   trained_by="smollm2-route")  # fmt: skip
 
 
+SHIPPED = Path(__file__).parents[2] / "conductor" / "data" / "policies" / "smollm2-sim"
+
+
 def _adapter(tmp_path: Path, card: PolicyCard | None = CARD) -> Path:
-    (tmp_path / "adapter_config.json").write_text("{}")
+    (tmp_path / "adapter_config.json").write_bytes((SHIPPED / "adapter_config.json").read_bytes())
     if card is not None:
         write_card(tmp_path, card)
     return tmp_path

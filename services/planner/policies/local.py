@@ -28,7 +28,13 @@ from typing import Any
 
 import msgspec
 
-from conductor.policy_versions import MODEL_LOAD_LOCK, VersionError, fingerprint, read_card
+from conductor.policy_versions import (
+    MODEL_LOAD_LOCK,
+    VersionError,
+    check_adapter_config,
+    fingerprint,
+    read_card,
+)
 from schemas.learner import PolicyCard
 from schemas.usage import Usage
 from schemas.work import ChatMessage
@@ -279,6 +285,10 @@ def _with_adapter(model: Any, adapter: Path) -> Any:
         from peft import PeftModel
     except ImportError as exc:
         raise PolicyError("a LoRA adapter needs peft (the `local` extra)", retryable=False) from exc
+    try:
+        check_adapter_config(adapter)  # peft obeys the file: only a plain, bounded LoRA gets that far
+    except VersionError as exc:
+        raise PolicyError(str(exc), retryable=False) from exc
     try:
         return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
