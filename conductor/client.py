@@ -47,6 +47,14 @@ class ResultNotReadyError(LookupError):
     """No stored result for the task (yet)."""
 
 
+class NatsUnreachableError(ConnectionError):
+    """No NATS server answered within the connect timeout (or it refused the credentials)."""
+
+
+CONNECT_TIMEOUT_S = 5.0
+"""How long a client tries to reach NATS before it says so (one line, not a retry loop of tracebacks)."""
+
+
 class ConductorClient:
     """``async with ConductorClient(settings)`` connects and drains its own connection, as the NATS user ``role``
     (``client``; the learner passes ``learner``) unless ``NATS_URL`` names one (conductor/credentials.py); with
@@ -62,7 +70,21 @@ class ConductorClient:
     async def __aenter__(self) -> ConductorClient:
         if self._owned:
             conn = connection(self.settings, self._role)
-            self._nc = await nats.connect(conn.url, name=f"conductor-{self._role}", inbox_prefix=conn.inbox_prefix)
+            errors: list[str] = []
+
+            async def quiet(exc: Exception) -> None:  # nats-py's default prints a traceback per attempt
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+            try:
+                self._nc = await asyncio.wait_for(
+                    nats.connect(conn.url, name=f"conductor-{self._role}", inbox_prefix=conn.inbox_prefix,
+                                 connect_timeout=2, error_cb=quiet, max_reconnect_attempts=-1),
+                    CONNECT_TIMEOUT_S,
+                )  # fmt: skip
+            except (TimeoutError, OSError, nats.errors.Error) as exc:
+                why = errors[-1] if errors else f"{type(exc).__name__}: {exc}"
+                raise NatsUnreachableError(f"cannot reach NATS at {conn.shown} within {CONNECT_TIMEOUT_S:g}s "
+                                           f"({why})") from None  # fmt: skip
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -117,6 +117,13 @@ def await_chain(coro: object) -> list[str]:
     return lines
 
 
+def _bad_task_id(task_id: str | None) -> str | None:
+    """Why ``task_id`` would never be accepted (its result could never be found), or None."""
+    from services.executor.validation import TASK_ID_RULE, valid_task_id
+
+    return None if task_id is None or valid_task_id(task_id) else TASK_ID_RULE
+
+
 def _strategy(name: str | None, pool: list[str] | None):
     """``--policy`` through the one strategy grammar (conductor/strategy.py), in the names of the request's pool:
     ``--pool``, else the deployment's pool file (CONDUCTOR_POOL, else the bundled demo pool)."""
@@ -138,6 +145,9 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     from schemas.solve import ProgressEvent, SolveRequest
 
     console = Console(stderr=True)
+    if (bad := _bad_task_id(args.task_id)) is not None:
+        print(f"conductor solve: --task-id: {bad}", file=sys.stderr)
+        return 2
     pool = [p.strip() for p in args.pool.split(",")] if args.pool else None
     try:
         named = _strategy(args.policy, pool)
@@ -188,6 +198,10 @@ def _cmd_result(args: argparse.Namespace) -> int:
     from conductor.client import ConductorClient, ResultNotReadyError
     from conductor.wire import encode
 
+    if (bad := _bad_task_id(args.task_id)) is not None:
+        print(f"conductor result: {bad}", file=sys.stderr)
+        return 2
+
     async def main() -> int:
         async with ConductorClient(CommonSettings.from_env()) as client:
             try:
@@ -199,7 +213,7 @@ def _cmd_result(args: argparse.Namespace) -> int:
             sys.stdout.write(encode(result).decode() + "\n")
         else:
             Console().print(result_view(result))
-        return 0
+        return 1 if result.error is not None else 0  # a task that failed is not a success for a script
 
     return asyncio.run(main())
 
@@ -335,8 +349,14 @@ def _add_learner_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from conductor.client import NatsUnreachableError
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except NatsUnreachableError as exc:  # one line, not a retry loop of tracebacks (issue 19, item 6)
+        print(f"conductor {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

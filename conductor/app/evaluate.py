@@ -45,14 +45,25 @@ from evaluation.strategies import parse_strategies
 BAD_INPUT = (EvalError, DatasetError, PoolError, SimError, SettingsError)
 
 
+def _positive(text: str) -> int:
+    """A whole number >= 1 (argparse prints the message and exits 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_eval_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="run benchmarks × strategies through the services; table, results, report")
     p.add_argument("--benchmark", required=True, help=f"comma-separated: {', '.join(benchmarks.names())}")
     p.add_argument("--strategy", default="conductor", help="comma-separated: conductor, single:NAME|*, moa[:K], "
                    "refine[:N][@NAME], consensus[:N][@NAME], worker:NAME; +rN adds recursion rounds")  # fmt: skip
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--limit", type=int, help="items per benchmark (a seeded sample)")
-    p.add_argument("--concurrency", type=int, default=8, help="items in flight at once")
+    p.add_argument("--repeats", type=_positive, default=1)
+    p.add_argument("--limit", type=_positive, help="items per benchmark (a seeded sample)")
+    p.add_argument("--concurrency", type=_positive, default=8, help="items in flight at once")
     p.add_argument("--pool", help="pool file for services started here (default: the sim pool's workers over the "
                    "run's questions); with running services only its worker names are used")  # fmt: skip
     p.add_argument("--pool-subset", help="comma-separated worker names: every request uses only these")
