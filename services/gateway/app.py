@@ -20,7 +20,7 @@ from services.gateway.bus import Bus
 from services.gateway.config import GatewaySettings
 from services.gateway.keys import KeyRing
 from services.gateway.quota import Quotas
-from services.gateway.routes import Door, routes
+from services.gateway.routes import Door, openai_errors, routes
 from services.gateway.stream import stream_chat
 
 log = structlog.get_logger("conductor.gateway")
@@ -46,7 +46,7 @@ class GatewayService:
         if self.keys is not None:
             quotas = Quotas(await _quota_bucket(nc.jetstream(), self.settings.common.subject_prefix))
         door = self.door = Door(self.settings, self.keys, quotas, Bus(nc, self.settings.common), [w.name for w in self.pool.workers])
-        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[openai_errors])
         app.add_routes(routes(door, stream_chat))
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
         await self._runner.setup()

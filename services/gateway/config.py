@@ -42,6 +42,11 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
         msgspec.Meta(ge=1024),
         Env("CONDUCTOR_GATEWAY_MAX_BODY_BYTES", "Request bodies above this are refused with 413 before being read."),
     ] = 1_048_576
+    body_timeout_s: Annotated[
+        PositiveSeconds,
+        Env("CONDUCTOR_GATEWAY_BODY_TIMEOUT_S", "A request body not read within this is refused with 408 (a slow "
+            "client cannot hold a connection open)."),
+    ] = 10.0
     solve_timeout_s: Annotated[
         PositiveSeconds,
         Env(

@@ -7,11 +7,13 @@ as ``APIError``). Streaming lives in services/gateway/stream.py.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 
 import msgspec
+import structlog
 from aiohttp import web
 
 from conductor import metrics
@@ -34,7 +36,31 @@ from services.gateway.openai_api import (
 from services.gateway.quota import Quotas
 
 ANONYMOUS = ApiKey(name="anonymous", sha256="0" * 64)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+CLIENT_CLOSED = 499
+"""The status a request the client hung up on is counted under (nginx's convention); it is never sent."""
+log = structlog.get_logger("conductor.gateway")
 _dec = msgspec.json.Decoder(ChatCompletionRequest)
+
+
+@web.middleware
+async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure in OpenAI's error shape, in one place (issue 19, item 7): a refusal (``GatewayError``),
+    aiohttp's own 404/405/413 and the like, and a bug (500, logged once with its traceback, never sent)."""
+    try:
+        return await handler(request)
+    except GatewayError as exc:
+        return error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status, "http_error")
+        return error_response(GatewayError(exc.status, f"{request.method} {request.path}: {exc.reason}",
+                                           kind="invalid_request_error", code=code))  # fmt: skip
+    except Exception:
+        log.exception("gateway handler failed", path=request.path)
+        return error_response(GatewayError(500, "the gateway failed on this request", kind="server_error",
+                                           code="internal_error"))  # fmt: skip
 
 
 def error_response(exc: GatewayError) -> web.Response:
@@ -63,6 +89,8 @@ class Door:
             raise GatewayError(
                 401, "missing API key: send 'Authorization: Bearer <key>'", kind="invalid_request_error", code="missing_api_key"
             )
+        if not token.isascii() or not token.strip().isprintable():  # a key is printable ASCII; anything else is not one
+            raise GatewayError(401, "invalid API key", kind="invalid_request_error", code="invalid_api_key")
         key = self.keys.lookup(token.strip())
         if key is None:
             raise GatewayError(401, "invalid API key", kind="invalid_request_error", code="invalid_api_key")
@@ -73,11 +101,17 @@ class Door:
         if request.content_length is not None and request.content_length > limit:
             raise too_large(limit)  # refused from the header, before a byte of the body is read
         try:
-            body = await request.read()  # aiohttp stops reading at client_max_size (chunked bodies too)
+            async with asyncio.timeout(self.settings.body_timeout_s):
+                body = await request.read()  # aiohttp stops reading at client_max_size (chunked bodies too)
         except web.HTTPRequestEntityTooLarge as exc:
             raise too_large(limit) from exc
+        except TimeoutError:
+            raise GatewayError(408, f"the request body was not received within {self.settings.body_timeout_s:g}s",
+                               kind="invalid_request_error", code="request_timeout") from None  # fmt: skip
         try:
             return _dec.decode(body)
+        except RecursionError:
+            raise bad_request("the body is nested too deeply", code="invalid_json") from None
         except msgspec.ValidationError as exc:
             raise bad_request(f"invalid request: {exc}", field_of(exc)) from exc
         except msgspec.DecodeError as exc:
@@ -108,9 +142,6 @@ def answer_or_error(result: SolveResult) -> SolveResult:
     return result
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
 def routes(door: Door, stream_handler: Callable[..., Awaitable[web.StreamResponse]]) -> list[web.RouteDef]:
     async def chat(request: web.Request) -> web.StreamResponse:
         key, status, streamed = ANONYMOUS, 500, False
@@ -138,37 +169,31 @@ def routes(door: Door, stream_handler: Callable[..., Awaitable[web.StreamRespons
         except GatewayError as exc:
             status = exc.status
             return error_response(exc)
+        except asyncio.CancelledError:
+            status = CLIENT_CLOSED  # the client hung up: not a server error
+            raise
         finally:
             metrics.gateway_request(key.name, status, streamed)
 
     async def models(request: web.Request) -> web.Response:
-        try:
-            door.authenticate(request)
-        except GatewayError as exc:
-            return error_response(exc)
+        door.authenticate(request)  # refusals become OpenAI's error shape in ``openai_errors``
         ids = [CONDUCTOR_MODEL, *BASELINE_MODELS, *door.workers]
         return web.json_response({"object": "list", "data": [model_card(i) for i in ids]})
 
     async def model(request: web.Request) -> web.Response:
-        try:
-            door.authenticate(request)
-            name = request.match_info["model"]
-            if name not in {CONDUCTOR_MODEL, *BASELINE_MODELS, *door.workers}:
-                raise GatewayError(404, f"the model {name!r} does not exist", kind="invalid_request_error", code="model_not_found")
-        except GatewayError as exc:
-            return error_response(exc)
+        door.authenticate(request)
+        name = request.match_info["model"]
+        if name not in {CONDUCTOR_MODEL, *BASELINE_MODELS, *door.workers}:
+            raise GatewayError(404, f"the model {name!r} does not exist", kind="invalid_request_error", code="model_not_found")
         return web.json_response(model_card(name))
 
     async def task(request: web.Request) -> web.Response:
-        try:
-            key = door.authenticate(request)
-            task_id = request.match_info["task_id"]
-            if not task_id.startswith(f"gw{key.sha256[:12]}-"):
-                raise GatewayError(404, f"no task {task_id} for this key", kind="invalid_request_error", code="task_not_found")
-            result = await door.bus.result(task_id, wait=0.0)
-            return web.json_response(completion_body(answer_or_error(result), CONDUCTOR_MODEL))
-        except GatewayError as exc:
-            return error_response(exc)
+        key = door.authenticate(request)
+        task_id = request.match_info["task_id"]
+        if not task_id.startswith(f"gw{key.sha256[:12]}-"):
+            raise GatewayError(404, f"no task {task_id} for this key", kind="invalid_request_error", code="task_not_found")
+        result = await door.bus.result(task_id, wait=0.0)
+        return web.json_response(completion_body(answer_or_error(result), CONDUCTOR_MODEL))
 
     return [
         web.post("/v1/chat/completions", chat),

@@ -239,3 +239,43 @@ async def test_executor_killed_mid_task_is_a_503_in_seconds_not_the_solve_timeou
         if executor.returncode is None:
             executor.kill()
         await executor.wait()
+
+
+async def _raw(gw, request: bytes) -> bytes:
+    """Bytes on a plain socket: what no HTTP client library will send (a non-UTF-8 header, a stalled body)."""
+    port = gw.service.port
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(65536), 30)
+    finally:
+        writer.close()
+
+
+async def test_every_failure_is_in_openais_error_shape(gateway):
+    """Issue 19, item 7: 404, 405, a non-UTF-8 key byte (no key needed to send it) and deep nesting."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(gateway.url + "/v1/nothing-here") as resp:
+            assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
+        async with http.put(gateway.url + "/v1/chat/completions", headers=_auth(gateway.key)) as resp:
+            assert resp.status == 405 and (await resp.json())["error"]["code"] == "method_not_allowed"
+    deep = '{"model": "conductor", "messages": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    status, payload, _ = await _post(gateway, deep)
+    assert status == 400 and payload["error"]["code"] in {"invalid_json", "invalid_request"}, payload
+    body = json.dumps({"model": "conductor", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    raw = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer cnd-\xff\xfe\r\n"
+           b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+    answer = await _raw(gateway, raw)
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+    assert b'"invalid_api_key"' in answer
+
+
+async def test_a_body_that_never_arrives_is_a_408_not_a_held_connection(nats_url, subject_prefix, tmp_path):
+    ctx, gw = await start_gateway(nats_url, subject_prefix, tmp_path, body_timeout_s=1.0)
+    async with ctx:
+        gw.url = f"http://127.0.0.1:{gw.service.port}"
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {gw.key}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{").encode()  # fmt: skip
+        answer = await _raw(gw, head)
+    assert answer.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in answer, answer[:200]
