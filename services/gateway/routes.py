@@ -79,6 +79,7 @@ class Door:
         self.quotas = quotas
         self.bus = bus
         self.workers = workers
+        self._settling: set[asyncio.Task[None]] = set()  # hung-up tasks awaited for their charge
 
     def authenticate(self, request: web.Request) -> ApiKey:
         if self.keys is None:
@@ -116,6 +117,24 @@ class Door:
             raise bad_request(f"invalid request: {exc}", field_of(exc)) from exc
         except msgspec.DecodeError as exc:
             raise bad_request(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+
+    def settle_later(self, key: ApiKey, call: asyncio.Future[SolveResult]) -> None:
+        """The client hung up while its task runs (issue 19, item 3): the task is not abandoned unpaid. Its result
+        is awaited in the background and charged to the key like any other, so hanging up spends nothing free."""
+
+        async def settle() -> None:
+            try:
+                result = await call
+            except GatewayError as exc:  # the task failed or timed out: nothing was answered, nothing to charge
+                log.info("abandoned task ended without a result", key=key.name, error=exc.message)
+                return
+            await self.finished(key, result)
+            log.info("abandoned task charged", key=key.name, task_id=result.task_id,
+                     cost_usd=result.usage.total.cost_usd)  # fmt: skip
+
+        task = asyncio.create_task(settle())
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
 
     def task_id(self, key: ApiKey) -> str:
         """Task ids carry a tag of the key that made them, so a key can fetch only its own durable tasks."""
@@ -158,9 +177,14 @@ def routes(door: Door, stream_handler: Callable[..., Awaitable[web.StreamRespons
                 return response
             started = int(time.time())
             metrics.GATEWAY_IN_FLIGHT.inc()
+            call = asyncio.ensure_future(
+                (door.bus.solve_durable if req.durable else door.bus.solve)(solve, door.settings.solve_timeout_s)
+            )
             try:
-                timeout = door.settings.solve_timeout_s
-                result = await (door.bus.solve_durable if req.durable else door.bus.solve)(solve, timeout)
+                result = await asyncio.shield(call)
+            except asyncio.CancelledError:
+                door.settle_later(key, call)  # the client hung up: the task still runs and is still charged
+                raise
             finally:
                 metrics.GATEWAY_IN_FLIGHT.dec()
             await door.finished(key, result)

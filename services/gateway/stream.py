@@ -59,11 +59,17 @@ async def stream_chat(
             events = await stack.enter_async_context(door.bus.progress(task_id)) if solve.progress else None
             run = door.bus.solve_durable if req.durable else door.bus.solve
             task = asyncio.ensure_future(run(solve, door.settings.solve_timeout_s))
-            stack.callback(task.cancel)  # the client left (CancelledError here): stop waiting on the reply
-            result = await _wait(response, task, events, door.settings.keepalive_s, req.model, created, task_id)
+            try:
+                result = await _wait(response, task, events, door.settings.keepalive_s, req.model, created, task_id)
+            except (asyncio.CancelledError, ConnectionResetError):  # the client left: the task runs on, charged
+                door.settle_later(key, task)
+                raise
     except asyncio.CancelledError:
         metrics.GATEWAY_DISCONNECTS.labels(key.name).inc()
         raise
+    except ConnectionResetError:  # noticed on a keep-alive write rather than as a cancellation
+        metrics.GATEWAY_DISCONNECTS.labels(key.name).inc()
+        return response
     except GatewayError as exc:
         await _send(response, exc.body())
         await response.write(b"data: [DONE]\n\n")

@@ -182,31 +182,42 @@ async def test_no_executor_means_503_with_retry_after(nats_url, subject_prefix, 
                 pass
 
 
-async def test_client_disconnect_mid_stream_leaves_nothing_waiting(nats_url, subject_prefix, tmp_path):
-    """The client leaves while the task runs: the gateway drops its wait (no in-flight request, no pending reply),
-    and the executor still finishes the task — cancelled on our side, finished on its, never leaked."""
+@pytest.mark.parametrize("stream", [True, False])
+async def test_client_disconnect_mid_task_is_still_charged(nats_url, subject_prefix, tmp_path, stream):
+    """Issue 19, item 3: the client leaves while the task runs (streamed or not). The request ends at once (no
+    in-flight request), the executor finishes the task, and the key is charged for its calls and dollars — hanging
+    up spends nothing free; afterwards nothing is left waiting."""
     ctx, gw = await start_gateway(nats_url, subject_prefix, tmp_path, pool=slow_pool(tmp_path, 0.6), keepalive_s=0.1)
     async with ctx:
         gw.url = f"http://127.0.0.1:{gw.service.port}"
         tasks_before = counter("conductor_tasks_total")
-        body = json.dumps({"model": "refine:3", "messages": [{"role": "user", "content": QUESTION}], "stream": True, "conductor_progress": True})
+        calls_before = counter("conductor_gateway_worker_calls_total", key="open")
+        body = json.dumps({"model": "refine:3", "messages": [{"role": "user", "content": QUESTION}], "stream": stream,
+                           "conductor_progress": stream})  # fmt: skip
         async with aiohttp.ClientSession() as http:
-            resp = await http.post(gw.url + "/v1/chat/completions", data=body, headers=_auth(gw.key))
-            assert resp.status == 200
-            await resp.content.readline()  # the role chunk: the task is running
-            resp.close()  # hang up mid-task
+            if stream:
+                resp = await http.post(gw.url + "/v1/chat/completions", data=body, headers=_auth(gw.key))
+                assert resp.status == 200
+                await resp.content.readline()  # the role chunk: the task is running
+                resp.close()  # hang up mid-task
+            else:
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(http.post(gw.url + "/v1/chat/completions", data=body,
+                                                     headers=_auth(gw.key)), 0.5)  # fmt: skip
         for _ in range(100):
             if metrics.GATEWAY_IN_FLIGHT._value.get() == 0:
                 break
             await asyncio.sleep(0.05)
         assert metrics.GATEWAY_IN_FLIGHT._value.get() == 0
-        assert gw.service.door.bus.pending() == 0
         for _ in range(100):  # 3 steps of 0.6 s each
-            if counter("conductor_tasks_total") > tasks_before:
+            if counter("conductor_gateway_worker_calls_total", key="open") > calls_before:
                 break
             await asyncio.sleep(0.1)
         assert counter("conductor_tasks_total") == tasks_before + 1
-        assert counter("conductor_gateway_client_disconnects_total", key="open") >= 1
+        assert counter("conductor_gateway_worker_calls_total", key="open") - calls_before == 3  # refine:3, all paid
+        assert gw.service.door.bus.pending() == 0
+        if stream:
+            assert counter("conductor_gateway_client_disconnects_total", key="open") >= 1
 
 
 async def test_executor_killed_mid_task_is_a_503_in_seconds_not_the_solve_timeout(nats_url, subject_prefix, tmp_path):
