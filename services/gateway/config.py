@@ -42,6 +42,13 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
         msgspec.Meta(ge=1024),
         Env("CONDUCTOR_GATEWAY_MAX_BODY_BYTES", "Request bodies above this are refused with 413 before being read."),
     ] = 1_048_576
+    reserve_usd: Annotated[
+        float,
+        msgspec.Meta(gt=0),
+        Env("CONDUCTOR_GATEWAY_RESERVE_USD", "Dollars a request of a spend-limited key holds while it runs, and its "
+            "task's budget (a key's reserve_usd overrides it): the spend limit is then never overshot by more than "
+            "the calls in flight when it is reached."),
+    ] = 0.05
     body_timeout_s: Annotated[
         PositiveSeconds,
         Env("CONDUCTOR_GATEWAY_BODY_TIMEOUT_S", "A request body not read within this is refused with 408 (a slow "

@@ -7,6 +7,9 @@ The keys file (TOML, mounted from a Secret in a cluster) lists one table per key
     sha256 = "9f86d0..."                  # hex SHA-256 of the key, from `conductor gateway-key --name team-a`
     rpm = 60                              # requests per minute, deployment-wide (optional)
     spend_usd_per_day = 5.0               # worker + planner dollars per UTC day, deployment-wide (optional)
+    max_in_flight = 8                     # requests running at once, deployment-wide (optional)
+    reserve_usd = 0.05                    # held per request while it runs, and its budget (optional; default:
+                                          # CONDUCTOR_GATEWAY_RESERVE_USD)
 
 Keys are long random tokens, so a plain SHA-256 is the right hash (a slow password hash defends low-entropy
 secrets and would add milliseconds to every request). A presented key is hashed and looked up; the lookup is by
@@ -20,6 +23,7 @@ import re
 import secrets
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -37,6 +41,8 @@ class ApiKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     sha256: str
     rpm: int | None = None
     spend_usd_per_day: float | None = None
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1)] | None = None  # requests running at once, deployment-wide
+    reserve_usd: Annotated[float, msgspec.Meta(gt=0)] | None = None  # held per request while it runs (its budget)
 
 
 class _KeysFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -59,6 +65,10 @@ def entry_toml(entry: ApiKey) -> str:
         lines.append(f"rpm = {entry.rpm}")
     if entry.spend_usd_per_day is not None:
         lines.append(f"spend_usd_per_day = {entry.spend_usd_per_day}")
+    if entry.max_in_flight is not None:
+        lines.append(f"max_in_flight = {entry.max_in_flight}")
+    if entry.reserve_usd is not None:
+        lines.append(f"reserve_usd = {entry.reserve_usd}")
     return "\n".join(lines) + "\n"
 
 

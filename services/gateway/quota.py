@@ -1,10 +1,14 @@
 """Per-key rate and spend limits, deployment-wide: one record per key in a JetStream KV bucket, changed only by
 compare-and-set, as the worker-adapter keeps its per-worker limits (services/worker_adapter/limits.py).
 
-Windows are fixed: requests per UTC minute, dollars per UTC day. A request is admitted (and counted) before its
-solve starts; its cost is added when it finishes, so the spend limit can be overshot by the requests already
-running when it is reached (at most one request's cost per concurrent request of that key), stated here and in the
-README. A key with no limits costs no KV round trip at all.
+Windows are fixed: requests per UTC minute, dollars per UTC day. Spend is *reserved* at admission (issue 19,
+item 3): a request holds its estimate (the key's ``reserve_usd``, else the gateway's) until it finishes, the hold
+counts against the day's limit, and the task is sent with that estimate as its budget — the executor stops paying
+for it beyond the hold — so whatever the concurrency, a key's spend stays under its limit plus at most one call in
+flight per request. The hold is settled with what the task really cost, also when the client hung up
+(``Door.settle_later``). Holds expire after the longest a request may run, so a gateway that died holding one
+frees it. The number of holds is the key's requests in flight, bounded by ``max_in_flight``. A key with no limits
+costs no KV round trip at all.
 """
 
 from __future__ import annotations
@@ -25,11 +29,23 @@ from services.gateway.openai_api import GatewayError
 CAS_TRIES = 50
 
 
+class Hold(msgspec.Struct, frozen=True, kw_only=True):
+    """Dollars reserved by one running request, until it settles or ``expires`` (unix seconds)."""
+
+    id: str
+    usd: float
+    expires: float
+
+
 class KeyLoad(msgspec.Struct, frozen=True, kw_only=True):
     minute: int = 0
     requests: int = 0
     day: int = 0
     spend_usd: float = 0.0
+    holds: list[Hold] = []
+
+    def live(self, now: float) -> list[Hold]:
+        return [h for h in self.holds if h.expires > now]
 
 
 _dec = msgspec.json.Decoder(KeyLoad)
@@ -42,31 +58,40 @@ def rate_limited(message: str, code: str, retry_after: float) -> GatewayError:
     )
 
 
-def admit_load(load: KeyLoad, key: ApiKey, now: float) -> KeyLoad:
-    """The record after admitting one request now, or a 429 naming the limit and when it resets. Pure."""
+def admit_load(load: KeyLoad, key: ApiKey, now: float, hold: Hold | None = None) -> KeyLoad:
+    """The record after admitting one request now (holding ``hold``), or a 429 naming the limit and when it
+    resets. Pure."""
     minute, day = int(now // 60), int(now // 86400)
     if load.minute != minute:
         load = msgspec.structs.replace(load, minute=minute, requests=0)
     if load.day != day:
         load = msgspec.structs.replace(load, day=day, spend_usd=0.0)
-    if key.spend_usd_per_day is not None and load.spend_usd >= key.spend_usd_per_day:
-        raise rate_limited(
-            f"key {key.name!r} reached its spend limit of ${key.spend_usd_per_day:g} for today (UTC)",
-            "spend_limit_exceeded",
-            (day + 1) * 86400 - now,
-        )
+    holds = load.live(now)
+    if key.spend_usd_per_day is not None:
+        held = sum(h.usd for h in holds) + (hold.usd if hold is not None else 0.0)
+        if load.spend_usd >= key.spend_usd_per_day or (hold is not None and load.spend_usd + held > key.spend_usd_per_day):
+            spent = f"${load.spend_usd:.6f} spent and ${held:.6f} held by requests running now"
+            raise rate_limited(
+                f"key {key.name!r} reached its spend limit of ${key.spend_usd_per_day:g} for today (UTC): {spent}",
+                "spend_limit_exceeded",
+                (day + 1) * 86400 - now if not holds else 1,  # a running request may settle for less than it held
+            )
+    if key.max_in_flight is not None and len(holds) >= key.max_in_flight:
+        raise rate_limited(f"key {key.name!r} has {len(holds)} requests running, its limit", "in_flight_limit_exceeded", 1)
     if key.rpm is not None and load.requests >= key.rpm:
         raise rate_limited(
             f"key {key.name!r} reached its limit of {key.rpm} requests per minute", "rate_limit_exceeded", (minute + 1) * 60 - now
         )
-    return msgspec.structs.replace(load, requests=load.requests + 1)
+    return msgspec.structs.replace(load, requests=load.requests + 1, holds=[*holds, *([hold] if hold else [])])
 
 
-def charge_load(load: KeyLoad, cost_usd: float, now: float) -> KeyLoad:
+def charge_load(load: KeyLoad, cost_usd: float, now: float, hold_id: str | None = None) -> KeyLoad:
+    """The record after a request settles: its hold released, what it cost added to the day's spend. Pure."""
     day = int(now // 86400)
     if load.day != day:
         load = msgspec.structs.replace(load, day=day, spend_usd=0.0)
-    return msgspec.structs.replace(load, spend_usd=load.spend_usd + cost_usd)
+    holds = [h for h in load.live(now) if h.id != hold_id]
+    return msgspec.structs.replace(load, spend_usd=load.spend_usd + cost_usd, holds=holds)
 
 
 class Quotas:
@@ -74,15 +99,20 @@ class Quotas:
         self._kv = kv
         self._clock = clock
 
-    async def admit(self, key: ApiKey) -> None:
-        if key.rpm is None and key.spend_usd_per_day is None:
-            return
-        await self._update(key.name, lambda load: admit_load(load, key, self._clock()))
+    def limited(self, key: ApiKey) -> bool:
+        return key.rpm is not None or key.spend_usd_per_day is not None or key.max_in_flight is not None
 
-    async def charge(self, key: ApiKey, cost_usd: float) -> None:
-        if key.spend_usd_per_day is None or cost_usd <= 0:
+    async def admit(self, key: ApiKey, hold: Hold | None = None) -> None:
+        """Count the request and take its ``hold`` (None: nothing to reserve), or raise the 429."""
+        if not self.limited(key):
             return
-        await self._update(key.name, lambda load: charge_load(load, cost_usd, self._clock()))
+        await self._update(key.name, lambda load: admit_load(load, key, self._clock(), hold))
+
+    async def charge(self, key: ApiKey, cost_usd: float, hold: Hold | None = None) -> None:
+        """Settle a request: release its hold and add what it cost."""
+        if not self.limited(key) or (hold is None and (key.spend_usd_per_day is None or cost_usd <= 0)):
+            return
+        await self._update(key.name, lambda load: charge_load(load, cost_usd, self._clock(), hold and hold.id))
 
     async def _update(self, name: str, change: Callable[[KeyLoad], KeyLoad]) -> None:
         for _ in range(CAS_TRIES):

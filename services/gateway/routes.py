@@ -19,7 +19,7 @@ from aiohttp import web
 from conductor import metrics
 from conductor.wire import field_of
 from schemas.errors import ErrorCode, ErrorInfo
-from schemas.solve import SolveResult
+from schemas.solve import Budget, SolveRequest, SolveResult
 from services.gateway.bus import Bus
 from services.gateway.config import GatewaySettings
 from services.gateway.keys import ApiKey, KeyRing
@@ -33,7 +33,7 @@ from services.gateway.openai_api import (
     error_from,
     solve_request,
 )
-from services.gateway.quota import Quotas
+from services.gateway.quota import Hold, Quotas
 
 ANONYMOUS = ApiKey(name="anonymous", sha256="0" * 64)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -79,7 +79,7 @@ class Door:
         self.quotas = quotas
         self.bus = bus
         self.workers = workers
-        self._settling: set[asyncio.Task[None]] = set()  # hung-up tasks awaited for their charge
+        self._running: set[asyncio.Task[SolveResult]] = set()  # calls in flight, settled when they end
 
     def authenticate(self, request: web.Request) -> ApiKey:
         if self.keys is None:
@@ -118,32 +118,56 @@ class Door:
         except msgspec.DecodeError as exc:
             raise bad_request(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
 
-    def settle_later(self, key: ApiKey, call: asyncio.Future[SolveResult]) -> None:
-        """The client hung up while its task runs (issue 19, item 3): the task is not abandoned unpaid. Its result
-        is awaited in the background and charged to the key like any other, so hanging up spends nothing free."""
+    async def admit(self, key: ApiKey, solve: SolveRequest) -> tuple[SolveRequest, Hold | None]:
+        """Count the request against the key's limits and reserve its spend (services/gateway/quota.py); the
+        request with that reservation as its budget, and the hold to settle."""
+        hold = None
+        if key.spend_usd_per_day is not None or key.max_in_flight is not None:
+            usd = key.reserve_usd or self.settings.reserve_usd
+            hold = Hold(id=uuid.uuid4().hex, usd=usd, expires=time.time() + self.settings.solve_timeout_s + 60)
+        if self.quotas is not None:
+            await self.quotas.admit(key, hold)
+        if hold is not None and key.spend_usd_per_day is not None:
+            limit = hold.usd if solve.budget is None or solve.budget.max_cost_usd is None else min(
+                hold.usd, solve.budget.max_cost_usd)  # fmt: skip
+            budget = msgspec.structs.replace(solve.budget or Budget(), max_cost_usd=limit)
+            solve = msgspec.structs.replace(solve, budget=budget)
+        return solve, hold
 
-        async def settle() -> None:
+    def start(self, key: ApiKey, solve: SolveRequest, hold: Hold | None, durable: bool) -> asyncio.Task[SolveResult]:
+        """The task's call, settled exactly once whatever becomes of the HTTP request (issue 19, item 3): charged
+        with what it cost when its result comes, the hold released when it fails. The call is never cancelled by a
+        hung-up client (callers ``shield`` it): the task runs on and is paid for, so hanging up spends nothing free."""
+
+        async def call() -> SolveResult:
+            run = self.bus.solve_durable if durable else self.bus.solve
             try:
-                result = await call
-            except GatewayError as exc:  # the task failed or timed out: nothing was answered, nothing to charge
-                log.info("abandoned task ended without a result", key=key.name, error=exc.message)
-                return
-            await self.finished(key, result)
-            log.info("abandoned task charged", key=key.name, task_id=result.task_id,
-                     cost_usd=result.usage.total.cost_usd)  # fmt: skip
+                result = await run(solve, self.settings.solve_timeout_s)
+            except BaseException:
+                await self.settle(key, hold, None)
+                raise
+            await self.settle(key, hold, result)
+            return result
 
-        task = asyncio.create_task(settle())
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
+        task = asyncio.create_task(call())
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return task
+
+    async def settle(self, key: ApiKey, hold: Hold | None, result: SolveResult | None) -> None:
+        if result is not None:
+            metrics.gateway_usage(key.name, result.usage.total)
+        if self.quotas is None:
+            return
+        try:
+            await self.quotas.charge(key, result.usage.total.cost_usd if result is not None else 0.0, hold)
+        except GatewayError as exc:  # the record stayed contended: the hold expires on its own
+            log.error("spend not settled", key=key.name, error=exc.message,
+                      cost_usd=result.usage.total.cost_usd if result is not None else 0.0)  # fmt: skip
 
     def task_id(self, key: ApiKey) -> str:
         """Task ids carry a tag of the key that made them, so a key can fetch only its own durable tasks."""
         return f"gw{key.sha256[:12]}-{uuid.uuid4().hex}"
-
-    async def finished(self, key: ApiKey, result: SolveResult) -> None:
-        metrics.gateway_usage(key.name, result.usage.total)
-        if self.quotas is not None:
-            await self.quotas.charge(key, result.usage.total.cost_usd)
 
 
 def too_large(limit: int) -> GatewayError:
@@ -168,26 +192,17 @@ def routes(door: Door, stream_handler: Callable[..., Awaitable[web.StreamRespons
             key = door.authenticate(request)
             req = await door.read(request)
             streamed = req.stream
-            solve = solve_request(req, door.workers, door.task_id(key))
-            if door.quotas is not None:
-                await door.quotas.admit(key)
+            solve, hold = await door.admit(key, solve_request(req, door.workers, door.task_id(key)))
             if req.stream:
-                response = await stream_handler(request, door, key, req, solve)
+                response = await stream_handler(request, door, key, req, solve, hold)
                 status = response.status
                 return response
             started = int(time.time())
             metrics.GATEWAY_IN_FLIGHT.inc()
-            call = asyncio.ensure_future(
-                (door.bus.solve_durable if req.durable else door.bus.solve)(solve, door.settings.solve_timeout_s)
-            )
             try:
-                result = await asyncio.shield(call)
-            except asyncio.CancelledError:
-                door.settle_later(key, call)  # the client hung up: the task still runs and is still charged
-                raise
+                result = await asyncio.shield(door.start(key, solve, hold, req.durable))  # a hang-up leaves it running
             finally:
                 metrics.GATEWAY_IN_FLIGHT.dec()
-            await door.finished(key, result)
             status = 200
             return web.json_response(completion_body(answer_or_error(result), req.model, started))
         except GatewayError as exc:

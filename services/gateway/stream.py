@@ -34,6 +34,7 @@ from services.gateway.openai_api import (
     finish_reason,
     usage_body,
 )
+from services.gateway.quota import Hold
 from services.gateway.routes import NO_ANSWER, Door
 
 _enc = msgspec.json.Encoder()
@@ -44,7 +45,7 @@ async def _send(response: web.StreamResponse, payload: object) -> None:
 
 
 async def stream_chat(
-    request: web.Request, door: Door, key: ApiKey, req: ChatCompletionRequest, solve: SolveRequest
+    request: web.Request, door: Door, key: ApiKey, req: ChatCompletionRequest, solve: SolveRequest, hold: Hold | None
 ) -> web.StreamResponse:
     task_id = solve.task_id or ""
     created = int(time.time())
@@ -57,13 +58,8 @@ async def stream_chat(
     try:
         async with contextlib.AsyncExitStack() as stack:
             events = await stack.enter_async_context(door.bus.progress(task_id)) if solve.progress else None
-            run = door.bus.solve_durable if req.durable else door.bus.solve
-            task = asyncio.ensure_future(run(solve, door.settings.solve_timeout_s))
-            try:
-                result = await _wait(response, task, events, door.settings.keepalive_s, req.model, created, task_id)
-            except (asyncio.CancelledError, ConnectionResetError):  # the client left: the task runs on, charged
-                door.settle_later(key, task)
-                raise
+            task = door.start(key, solve, hold, req.durable)  # settled when it ends, whether or not anyone waits
+            result = await _wait(response, task, events, door.settings.keepalive_s, req.model, created, task_id)
     except asyncio.CancelledError:
         metrics.GATEWAY_DISCONNECTS.labels(key.name).inc()
         raise
@@ -76,7 +72,6 @@ async def stream_chat(
         return response
     finally:
         metrics.GATEWAY_IN_FLIGHT.dec()
-    await door.finished(key, result)
     await _finish(response, result, req, created)
     return response
 

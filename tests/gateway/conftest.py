@@ -26,6 +26,7 @@ class Gateway:
     key: str
     limited_key: str
     spend_key: str
+    reserved_key: str
     service: GatewayService
     prefix: str
 
@@ -41,15 +42,18 @@ def slow_pool(tmp_path: Path, latency_s: float) -> Path:
     return path
 
 
-def keys_file(tmp_path: Path) -> tuple[Path, str, str, str]:
+def keys_file(tmp_path: Path) -> tuple[Path, str, str, str, str]:
     key, entry = new_key("open")
     limited, limited_entry = new_key("limited")
     spender, spend_entry = new_key("spender")
+    reserved, reserved_entry = new_key("reserved")
     limited_entry = type(limited_entry)(name="limited", sha256=limited_entry.sha256, rpm=2)
     spend_entry = type(spend_entry)(name="spender", sha256=spend_entry.sha256, spend_usd_per_day=1e-9)
+    reserved_entry = type(reserved_entry)(name="reserved", sha256=reserved_entry.sha256, spend_usd_per_day=0.0003,
+                                          reserve_usd=0.00005)  # fmt: skip
     path = tmp_path / "keys.toml"
-    path.write_text(entry_toml(entry) + entry_toml(limited_entry) + entry_toml(spend_entry))
-    return path, key, limited, spender
+    path.write_text("".join(entry_toml(e) for e in (entry, limited_entry, spend_entry, reserved_entry)))
+    return path, key, limited, spender, reserved
 
 
 async def start_gateway(nats_url, prefix, tmp_path, *, pool: Path | None = None, services=("executor", "planner", "worker-adapter", "verifier"), **overrides):
@@ -57,11 +61,11 @@ async def start_gateway(nats_url, prefix, tmp_path, *, pool: Path | None = None,
     if pool is not None:
         env["CONDUCTOR_POOL"] = str(pool)
     common = CommonSettings.from_env(env)
-    path, key, limited, spender = keys_file(tmp_path)
+    path, key, limited, spender, reserved = keys_file(tmp_path)
     settings = GatewaySettings(common=common, port=0, keys_file=path, **overrides)
     gateway = GatewayService(settings)
     return running([*create_services(list(services), env), gateway], common, name="gw-test"), Gateway(
-        url="", key=key, limited_key=limited, spend_key=spender, service=gateway, prefix=prefix
+        url="", key=key, limited_key=limited, spend_key=spender, reserved_key=reserved, service=gateway, prefix=prefix
     )
 
 

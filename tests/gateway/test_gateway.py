@@ -160,9 +160,11 @@ async def test_rate_and_spend_limits_give_429_with_retry_after_and_per_key_metri
     assert counter("conductor_gateway_requests_total", key="limited", status="429") == before + 1
     assert counter("conductor_gateway_cost_usd_total", key="limited") > 0
 
-    assert (await _post(gateway, body, _auth(gateway.spend_key)))[0] == 200  # spends more than its tiny limit
+    # A request's reservation must fit under the day's limit before it runs: under a limit this small nothing does,
+    # so nothing is spent (issue 19, item 3: the limit is never overshot by a request that was admitted anyway).
     status, payload, _ = await _post(gateway, body, _auth(gateway.spend_key))
     assert (status, payload["error"]["code"]) == (429, "spend_limit_exceeded")
+    assert counter("conductor_gateway_cost_usd_total", key="spender") == 0
     with pytest.raises(openai.RateLimitError):
         await client(gateway, gateway.spend_key).chat.completions.create(model="sim-small", messages=[{"role": "user", "content": "hi"}])
 
@@ -290,3 +292,19 @@ async def test_a_body_that_never_arrives_is_a_408_not_a_held_connection(nats_url
                 "Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{").encode()  # fmt: skip
         answer = await _raw(gw, head)
     assert answer.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in answer, answer[:200]
+
+
+async def test_spend_is_reserved_so_concurrency_cannot_overshoot_a_limit(gateway):
+    """Issue 19, item 3: 40 requests at once on a key limited to $0.0003 a day, each holding $0.00005 while it runs
+    (and sent with that as its budget): at most six run at a time, the rest get 429 while the holds are taken, and
+    what the key spent stays under its limit whatever the concurrency (before: all 40 admitted, ~$0.0005 spent).
+    Each request here is one cheap call, below its hold; a request whose steps run in parallel can pass its budget
+    by the calls of one step (the executor checks the budget between steps)."""
+    body = json.dumps({"model": "sim-small", "messages": [{"role": "user", "content": QUESTION}]})
+    results = await asyncio.gather(*(_post(gateway, body, _auth(gateway.reserved_key)) for _ in range(40)))
+    statuses = [status for status, _, _ in results]
+    assert statuses.count(200) >= 1 and statuses.count(429) >= 1, statuses
+    codes = {payload["error"]["code"] for status, payload, _ in results if status == 429}
+    assert codes <= {"spend_limit_exceeded", "in_flight_limit_exceeded"}, codes
+    spent = counter("conductor_gateway_cost_usd_total", key="reserved")
+    assert 0 < spent <= 0.0003 + 1e-12, spent

@@ -63,3 +63,28 @@ def test_spend_limit_refuses_once_reached_and_resets_the_next_day():
         admit_load(load, key, now)
     assert err.value.code == "spend_limit_exceeded"
     assert admit_load(load, key, now + 86400).spend_usd == 0.0
+
+
+def test_holds_reserve_spend_and_count_requests_in_flight():
+    """Issue 19, item 3: a hold must fit under the limit with what is spent and held; settling releases it and adds
+    the real cost; a hold past its expiry (a gateway that died) frees itself."""
+    from services.gateway.keys import ApiKey
+    from services.gateway.quota import Hold
+
+    key = ApiKey(name="k", sha256="0" * 64, spend_usd_per_day=1.0, max_in_flight=3)
+    now = 1_000_000.0
+    hold = lambda i: Hold(id=str(i), usd=0.3, expires=now + 600)  # noqa: E731
+    load = KeyLoad()
+    for i in range(3):
+        load = admit_load(load, key, now, hold(i))
+    with pytest.raises(GatewayError) as err:  # 0.9 held + 0.3 > 1.0, and 3 in flight
+        admit_load(load, key, now, hold(9))
+    assert err.value.code == "spend_limit_exceeded" and err.value.retry_after == 1
+    load = charge_load(load, 0.05, now, "0")  # settled for less than it held
+    assert [h.id for h in load.holds] == ["1", "2"] and load.spend_usd == 0.05
+    load = admit_load(load, key, now, hold(3))  # 0.05 + 0.6 + 0.3 <= 1.0
+    with pytest.raises(GatewayError) as err:
+        admit_load(load, key, now, Hold(id="x", usd=0.01, expires=now + 600))
+    assert err.value.code == "in_flight_limit_exceeded"
+    later = now + 601  # every hold expired: the gateway that took them is gone
+    assert admit_load(load, key, later, Hold(id="y", usd=0.3, expires=later + 600)).holds[-1].id == "y"
