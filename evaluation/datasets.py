@@ -1,4 +1,4 @@
-"""Loaders for the benchmarks' published record formats (see DATASETS.md), reading local files only.
+"""Loaders for the benchmarks' published record formats (see docs/datasets.md), reading local files only.
 
 Each loader turns rows into ``Problem`` records: the text a solver is asked, and the ``Reference`` the verifier
 scores against. Data are checked as they load (MATH-500's answer must be the solution's last box, AIME answers are
