@@ -24,7 +24,7 @@ from services.learner.grpo import last_checkpoint, trainer
 from services.learner.recursion import RecursionBuffer
 from services.learner.rewards import ConductorReward, Scorer
 from services.learner.stream import EpisodeStream, held_out, load_run_pool, problems, training_dataset
-from services.learner.telemetry import metrics_callback, rollout_log
+from services.learner.telemetry import metrics_callback, rollout_log, specialists
 
 Progress = Callable[[str, int, int, dict[str, Any]], None]
 """``(stage, step, total, figures)``: the CLI's progress bar and the learner service's progress events."""
@@ -75,7 +75,7 @@ def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress:
     if c.search:
         if "search" not in stages.done:
             note("search", 0, 1, {})
-            rows, figures = _search_rows(config, train, pool, reward, out / "search_rows.jsonl")
+            rows, figures = _search_rows(config, train, pool, reward, out / "search_rows.json")
             coldstart.sft(config, model_path, rows, out / "search", epochs=c.search_epochs,
                           callbacks=[_progress("search", note)])  # fmt: skip
             measured("search", out / "search", figures)
@@ -104,7 +104,11 @@ def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress:
         stages.record("grpo", {"policy": str(out / "policy")})
     if "grpo" in stages.done:
         measured("after_grpo", out / "policy", rewards=True)
-    final = out / "policy" if "grpo" in stages.done else model_path if not config.grpo.steps else None
+    final = None  # the policy to export: GRPO's, or the last supervised stage's in a run without GRPO
+    if "grpo" in stages.done:
+        final = out / "policy"
+    elif not config.grpo.steps:
+        final = model_path
     if final is not None:
         if config.output.adapter_rank and "adapter" not in stages.done:
             note("adapter", 0, 1, {})
@@ -138,7 +142,7 @@ def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str
     found = search.search(train, pool, config, reward, seed=config.model.seed)
     picks = search.choose(found, prior=c.search_prior, cost_weight=c.search_cost_weight)
     rows = search.rows(picks, pool, config)
-    figures = {**search.figures(picks, search.specialists(pool)), "search_s": round(time.perf_counter() - started, 1),
+    figures = {**search.figures(picks, specialists(pool)), "search_s": round(time.perf_counter() - started, 1),
                "rollouts": sum(t.n for f in found for t in f.tallies)}  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"rows": rows, "figures": figures}))

@@ -29,7 +29,6 @@ from schemas.plan import Workflow
 from services.learner.config import LearnerConfig
 from services.learner.episodes import Episode, first_round, messages, sample_view, view_workers
 from services.learner.rewards import ConductorReward
-from services.learner.telemetry import specialists
 
 KIND = {"math": "a math problem", "mcq": "a multiple-choice question", "code": "a programming task"}
 FORMAT = {
@@ -188,10 +187,6 @@ def rows(picks: Sequence[tuple[Episode, Candidate]], pool: Pool, config: Learner
         }
         for ep, cand in picks
     ]
-
-
-__all__ = ["Candidate", "Searched", "Tally", "candidates", "choose", "completion", "figures", "rows", "search",
-           "specialists"]  # fmt: skip
 
 
 def figures(picks: Sequence[tuple[Episode, Candidate]], specialists: dict[str, str]) -> dict[str, Any]:

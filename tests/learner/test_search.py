@@ -13,7 +13,7 @@ from conductor.pool import load_pool
 from conductor.workflow import parse_completion
 from evaluation import sim
 from schemas.verify import TextReference
-from services.learner import search
+from services.learner import search, telemetry
 from services.learner.config import ConfigError, load_config
 from services.learner.episodes import Episode
 from services.learner.stream import fresh_draw_pool
@@ -74,7 +74,7 @@ def test_the_cost_term_prefers_the_cheaper_of_two_near_equals():
 
 
 def test_figures_report_topologies_steps_and_the_specialists_share():
-    specialists = search.specialists(POOL)
+    specialists = telemetry.specialists(POOL)
     assert specialists == {"math": "sim-math", "mcq": "sim-knowledge", "code": "sim-coder"}
     picks = [(_episode("math"), search.Candidate("solve_check", (1, 1))),
              (_episode("math"), search.Candidate("single", (0,))),
