@@ -71,7 +71,7 @@ MAX_BATCH = 16
 """Rows generated together at most (SmolLM2-135M on 2 cores: a batch of 16 costs a few times one row)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # compared by identity: two asks may carry the same text
 class _Ask:
     """One ``sample`` call waiting for a batch."""
 
@@ -140,7 +140,13 @@ class LocalPolicy:
         ask = _Ask([{"role": m.role, "content": m.content} for m in messages], n, temperature, max_tokens,
                    asyncio.get_running_loop().create_future())  # fmt: skip
         self._waiting.append(ask)
-        async with self._generating:
+        try:
+            await self._generating.acquire()
+        except asyncio.CancelledError:  # the plan was abandoned while it waited: generate nothing for it
+            if ask in self._waiting:
+                self._waiting.remove(ask)
+            raise
+        try:
             if not ask.future.done():  # not answered by an earlier batch: lead the next one
                 batch = self._take(ask)
                 loaded = self._active  # taken under the lock: a swap while this waited is used
@@ -153,6 +159,8 @@ class LocalPolicy:
                 else:
                     for a, samples in zip(batch, answers, strict=True):
                         a.future.set_result(samples)
+        finally:
+            self._generating.release()
         return await ask.future
 
     def _take(self, lead: _Ask) -> list[_Ask]:
