@@ -60,7 +60,11 @@ async def test_durable_cached_and_restricted_pool(services: dict[str, str], tmp_
     assert len(first) == 2 and all(it.outcome in {"correct", "incorrect"} for it in first)
     assert {w for it in first for w in it.workers} <= {"sim-math", "sim-coder"}
     _, second, _ = await evaluate(tmp_path / "b", *argv)
-    assert all(s.cached for it in second for r in it.result.workflows for s in r.steps)
+    # Every independent step is a replay. MoA's 4 proposers cycle over the 2 workers (conductor/strategy.py), and
+    # the cache is content-addressed, so two identical proposer calls share one entry: the aggregator may then see
+    # other texts than in the first run and be a fresh call.
+    independent = [s for it in second for r in it.result.workflows for s in r.steps if s.access == []]
+    assert independent and all(s.cached for s in independent)
     assert sum(it.cost_usd for it in second) < sum(it.cost_usd for it in first)
 
 
