@@ -220,6 +220,9 @@ async def test_client_disconnect_mid_task_is_still_charged(nats_url, subject_pre
         assert gw.service.door.bus.pending() == 0
         if stream:
             assert counter("conductor_gateway_client_disconnects_total", key="open") >= 1
+        else:  # issue 19, item 7: a hang-up is counted as such (499), not as a server error
+            assert counter("conductor_gateway_requests_total", key="open", status="499", stream="false") >= 1
+            assert counter("conductor_gateway_requests_total", key="open", status="500", stream="false") == 0
 
 
 async def test_executor_killed_mid_task_is_a_503_in_seconds_not_the_solve_timeout(nats_url, subject_prefix, tmp_path):
