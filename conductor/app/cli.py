@@ -124,17 +124,16 @@ def _bad_task_id(task_id: str | None) -> str | None:
     return None if task_id is None or valid_task_id(task_id) else TASK_ID_RULE
 
 
-def _strategy(name: str | None, pool: list[str] | None):
+def _strategy(name: str | None, pool: list[str] | None, settings: CommonSettings | None = None):
     """``--policy`` through the one strategy grammar (conductor/strategy.py), in the names of the request's pool:
-    ``--pool``, else the deployment's pool file (CONDUCTOR_POOL, else the bundled demo pool)."""
+    ``--pool``, else the deployment's pool file (``settings.pool_file``: CONDUCTOR_POOL, else the bundled pool)."""
     from conductor.pool import load_pool
     from conductor.strategy import parse_strategy
 
     if name is None:
         return None
     if pool is None:
-        path = os.environ.get("CONDUCTOR_POOL")
-        pool = load_pool(Path(path) if path else None).names()
+        pool = load_pool((settings or CommonSettings.from_env()).pool_file).names()
     return parse_strategy(name, pool)
 
 
@@ -149,8 +148,9 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         print(f"conductor solve: --task-id: {bad}", file=sys.stderr)
         return 2
     pool = [p.strip() for p in args.pool.split(",")] if args.pool else None
+    settings = CommonSettings.from_env()
     try:
-        named = _strategy(args.policy, pool)
+        named = _strategy(args.policy, pool, settings)
     except ValueError as exc:  # StrategyError, or a pool file that does not load
         print(f"conductor solve: --policy: {exc}", file=sys.stderr)
         return 2
@@ -175,7 +175,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
             console.print(f"  step {ev.step} ({ev.worker}) {status}")
 
     async def main() -> int:
-        async with ConductorClient(CommonSettings.from_env()) as client:
+        async with ConductorClient(settings) as client:
             if args.detach:
                 print(await client.submit(req))  # the task id; fetch with `conductor result ID`
                 return 0
