@@ -102,8 +102,8 @@ class ConductorReward:
         weight = self._config.grpo.cost_weight
         return [
             Scored(
-                episode=ep, completion=t, result=r, reward=shape(r.reward, cost_usd=r.usage.cost_usd, cost_weight=weight, scale=ep.scale).value, step=step,
-                policy_version=version,
+                episode=ep, completion=t, result=r, step=step, policy_version=version,
+                reward=shape(r.reward, cost_usd=r.usage.cost_usd, cost_weight=weight, scale=ep.scale).value,
             )
             for ep, t, r in zip(episodes, texts, results, strict=True)
         ]

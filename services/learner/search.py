@@ -75,10 +75,9 @@ def completion(c: Candidate, domain: str, workers: Sequence[WorkerSpec]) -> str:
     if len(c.ordinals) == 1:
         reasoning = f"{why}, so it answers alone."
     else:
-        checkers = c.ordinals[1:]
-        who = f"Model {checkers[0]}" if len(checkers) == 1 or len(set(checkers)) == 1 else "the next models"
+        checkers = c.ordinals[1:]  # one checker, or the solver itself checking again (``candidates``)
         times = "" if len(checkers) == 1 else f" {len(checkers)} times"
-        reasoning = f"{why}, so it solves it; {who} then checks the answer{times}."
+        reasoning = f"{why}, so it solves it; Model {checkers[0]} then checks the answer{times}."
         tasks += [f"{CHECK} {fmt}"] * len(checkers)
         access += ["all"] * len(checkers)
     return render_completion(reasoning, Workflow(model_id=list(c.ordinals), subtasks=tasks, access_list=access))
@@ -92,8 +91,8 @@ class Tally:
     cost: float = 0.0
     n: int = 0
 
-    def add(self, reward: float, cost: float) -> None:
-        self.reward, self.cost, self.n = self.reward + reward, self.cost + cost, self.n + 1
+    def add(self, reward: float, cost: float, n: int = 1) -> None:
+        self.reward, self.cost, self.n = self.reward + reward, self.cost + cost, self.n + n
 
     @property
     def mean(self) -> float:
@@ -147,8 +146,11 @@ def _balanced(problems: Sequence[Problem], n: int, rng: random.Random) -> list[P
     for items in by_domain.values():
         rng.shuffle(items)
     domains = sorted(by_domain)
-    return [by_domain[domains[i % len(domains)]][(i // len(domains)) % len(by_domain[domains[i % len(domains)]])]
-            for i in range(n)]  # fmt: skip
+    picked = []
+    for i in range(n):
+        items = by_domain[domains[i % len(domains)]]
+        picked.append(items[(i // len(domains)) % len(items)])
+    return picked
 
 
 def _chunks(items: list[Episode], size: int) -> list[list[Episode]]:
@@ -160,8 +162,7 @@ def choose(searched: Sequence[Searched], *, prior: float, cost_weight: float) ->
     domain_means: dict[tuple[str, tuple[str, tuple[str, ...]]], Tally] = defaultdict(Tally)
     for s in searched:
         for cand, t in zip(candidates(len(s.episode.pool)), s.tallies, strict=True):
-            agg = domain_means[(s.episode.domain, cand.key(s.episode.pool))]
-            agg.reward, agg.cost, agg.n = agg.reward + t.reward, agg.cost + t.cost, agg.n + t.n
+            domain_means[(s.episode.domain, cand.key(s.episode.pool))].add(t.reward, t.cost, t.n)
     picks = []
     for s in searched:
         best, best_value = None, float("-inf")
