@@ -6,7 +6,7 @@ item 3): a request holds its estimate (the key's ``reserve_usd``, else the gatew
 counts against the day's limit, and the task is sent with that estimate as its budget — the executor stops paying
 for it beyond the hold — so whatever the concurrency, a key's spend stays under its limit plus at most one call in
 flight per request. The hold is settled with what the task really cost, also when the client hung up
-(``Door.settle_later``). Holds expire after the longest a request may run, so a gateway that died holding one
+(``Door.start``). Holds expire after the longest a request may run, so a gateway that died holding one
 frees it. The number of holds is the key's requests in flight, bounded by ``max_in_flight``. A key with no limits
 costs no KV round trip at all.
 """

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
@@ -106,7 +106,7 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
             "else 1024.", default_doc="the card's, else 1024"),
     ] = None
     prompt: Annotated[
-        Literal["examples", "rules", "task"] | None,
+        PromptStyle | None,
         Env(
             "CONDUCTOR_POLICY_PROMPT",
             "The model policy's prompt, as it was trained (conductor/prompt.py PROMPT_STYLES): `examples` (rules and "
