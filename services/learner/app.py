@@ -79,7 +79,7 @@ class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True):
             fallback=_data_dir,
             default_doc="~/.local/share/conductor/learner",
         ),
-    ] = Path("runs")
+    ] = msgspec.field(default_factory=_data_dir)  # the same directory when built in code (tests, library use)
     publish: Annotated[
         bool,
         Env(

@@ -46,9 +46,10 @@ def fresh_draw_pool(src: Path, out_dir: Path) -> Path:
         return f"dataset = {json.dumps(str((src.parent / m.group(1)).resolve()))}\nvary_by_task = true"
 
     text = re.sub(r'(?m)^dataset\s*=\s*"([^"]*)"\s*$', absolute, text)
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "pool.toml"
-    path.write_text(text, encoding="utf-8")
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:  # the learner and its services both ask
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
     return path
 
 
