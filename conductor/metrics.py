@@ -59,7 +59,15 @@ TASKS = _counter(
 )
 STEPS = _counter("conductor_steps", "Workflow steps run by the executor.", ["worker", "outcome"])
 WORKER_CALLS = _counter(
-    "conductor_worker_calls", "Worker calls answered by the worker adapter.", ["worker", "outcome"]
+    "conductor_worker_calls",
+    "Worker calls answered by the worker adapter, each once: a reply replayed from the call ledger (a resumed task, "
+    "a duplicate after a NATS restart) counts in conductor_worker_replays instead.",
+    ["worker", "outcome"],
+)
+WORKER_REPLAYS = _counter(
+    "conductor_worker_replays",
+    "Finished worker calls answered again from the call ledger: no provider call, no tokens or dollars counted.",
+    ["worker"],
 )
 WORKER_RETRIES = _counter(
     "conductor_worker_retries",
@@ -83,7 +91,7 @@ CACHE_MISSES = _counter(
     "conductor_cache_misses", "Cache-enabled worker calls the cache could not answer.", ["worker"]
 )
 TOKENS = _counter("conductor_tokens", "Worker tokens by direction (input, output).", ["worker", "direction"])
-COST = _counter("conductor_cost_usd", "Worker cost in US dollars.", ["worker"])
+COST = _counter("conductor_cost_usd", "Worker cost in US dollars, each paid call's once.", ["worker"])
 PLANS = _counter(
     "conductor_plans", "Planner replies by outcome (ok, handback or the error code).", ["outcome"]
 )
@@ -178,18 +186,25 @@ def plan_finished(reply: PlanReply, seconds: float) -> None:
 def work_finished(req: WorkRequest, reply: WorkReply, subject: str) -> None:
     """Calls, retries, faults, tokens, cost, cache and latency of one worker call, all from its reply.
 
-    A replayed reply's retries and faults were counted when the call first finished, so they are not counted again
-    (a cache hit made no try at all)."""
+    A replayed reply (the ledger's record of a call that already finished: services/worker_adapter/ledger.py) was
+    counted — call, retries, faults, tokens and dollars — when the call first finished, on whichever replica paid
+    for it; counting it again made a NATS restart's resent steps look paid twice (issue 19, item 7: 1,550 calls
+    reported for 1,500 paid). It counts as a replay and in the latency histograms only. A cache hit made no try."""
     if reply.error is not None and reply.error.code == ErrorCode.BAD_REQUEST:
         bad_request(subject)  # the worker name may be anything here: no per-worker series for it
         return
     worker = reply.worker
+    _series(WORKER_LATENCY, worker).observe(reply.latency_s)
+    _series(STAGE_LATENCY, "work").observe(reply.latency_s)
+    if reply.replayed:
+        _series(WORKER_REPLAYS, worker).inc()
+        return
     _series(WORKER_CALLS, worker, outcome(reply.error)).inc()
-    if reply.attempts > 1 and not reply.replayed:
+    if reply.attempts > 1:
         _series(WORKER_RETRIES, worker, "recovered" if reply.error is None else "exhausted").inc(
             reply.attempts - 1
         )
-    if not (reply.replayed or reply.cached):
+    if not reply.cached:
         for reason, n in reply.faults.items():
             _series(WORKER_FAULTS, worker, reason if reason in _FAULT_REASONS else "other").inc(n)
     if req.cache:
@@ -200,8 +215,6 @@ def work_finished(req: WorkRequest, reply: WorkReply, subject: str) -> None:
         _series(TOKENS, worker, "output").inc(reply.usage.output_tokens)
     if reply.usage.cost_usd:
         _series(COST, worker).inc(reply.usage.cost_usd)
-    _series(WORKER_LATENCY, worker).observe(reply.latency_s)
-    _series(STAGE_LATENCY, "work").observe(reply.latency_s)
 
 
 def verified(verdicts: Sequence[Verdict], seconds: float) -> None:

@@ -48,7 +48,10 @@ class GatewayService:
         door = self.door = Door(self.settings, self.keys, quotas, Bus(nc, self.settings.common), [w.name for w in self.pool.workers])
         app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[openai_errors])
         app.add_routes(routes(door, stream_chat))
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
+        # keepalive_timeout is aiohttp's only bound on reading headers: it runs from the connection's start and
+        # from the end of each response, and partial header bytes do not extend it (a slow-loris client is closed).
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True,
+                                     keepalive_timeout=self.settings.header_timeout_s)  # fmt: skip
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
         await site.start()

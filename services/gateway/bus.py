@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import nats.errors
+import nats.js.errors as js_errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -29,6 +30,26 @@ _event_dec = msgspec.json.Decoder(ProgressEvent)
 
 def unavailable(message: str) -> GatewayError:
     return GatewayError(503, message, kind="service_unavailable", code="unavailable", retry_after=1)
+
+
+FULL_STORE_CODES = frozenset({10023, 10028, 10047})
+"""JetStream's "insufficient resources" (the server's or account's store limit), "insufficient memory resources"
+and "insufficient storage resources": nothing more can be written until something is deleted."""
+
+
+def store_full(exc: js_errors.APIError) -> bool:
+    return exc.err_code in FULL_STORE_CODES or "maximum bytes" in (exc.description or "")
+
+
+def store_refused(exc: js_errors.APIError, what: str) -> GatewayError:
+    """A JetStream write the gateway needed was refused: a full store says so (an operator must free space; no
+    retry soon helps), anything else is a plain 503."""
+    why = f"{exc.description or type(exc).__name__} (JetStream error {exc.err_code})"
+    if store_full(exc):
+        return GatewayError(503, f"{what}: the NATS JetStream store is full: {why}", kind="service_unavailable",
+                            code="storage_full")  # fmt: skip
+    return GatewayError(503, f"{what}: JetStream refused the write: {why}", kind="service_unavailable",
+                        code="unavailable", retry_after=1)  # fmt: skip
 
 
 def pending(task_id: str) -> GatewayError:
@@ -79,6 +100,8 @@ class Bus:
             task_id = await self._client.submit(req)
         except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
             raise unavailable("the durable task queue did not accept the task (is JetStream enabled?)") from exc
+        except js_errors.APIError as exc:
+            raise store_refused(exc, "the durable task queue did not accept the task") from exc
         return await self.result(task_id, wait=timeout)
 
     async def result(self, task_id: str, *, wait: float) -> SolveResult:

@@ -54,6 +54,15 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
         Env("CONDUCTOR_GATEWAY_BODY_TIMEOUT_S", "A request body not read within this is refused with 408 (a slow "
             "client cannot hold a connection open)."),
     ] = 10.0
+    header_timeout_s: Annotated[
+        PositiveSeconds,
+        Env(
+            "CONDUCTOR_GATEWAY_HEADER_TIMEOUT_S",
+            "A connection that has not sent a request's headers within this (of opening, or of its previous "
+            "response) is closed: aiohttp's keep-alive timeout, which also bounds a slow-loris client that never "
+            "finishes its headers.",
+        ),
+    ] = 10.0
     solve_timeout_s: Annotated[
         PositiveSeconds,
         Env(

@@ -23,10 +23,13 @@ import msgspec
 import nats.js.errors as js_errors
 from nats.js.kv import KeyValue
 
+from services.gateway.bus import store_refused
 from services.gateway.keys import ApiKey
 from services.gateway.openai_api import GatewayError
 
 CAS_TRIES = 50
+WRONG_LAST_SEQUENCE = (10071, 10164)
+"""JetStream's codes for a lost compare-and-set (another replica wrote first): the only failure retried here."""
 
 
 class Hold(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,8 +131,13 @@ class Quotas:
                 else:
                     await self._kv.update(name, _enc.encode(new), last=revision)
                 return
-            except (js_errors.KeyWrongLastSequenceError, js_errors.KeyDeletedError, js_errors.APIError):
-                await asyncio.sleep(random.uniform(0, 0.005))  # another replica wrote first: read again
+            except (js_errors.KeyWrongLastSequenceError, js_errors.KeyDeletedError):
+                pass  # another replica wrote first: read again
+            except js_errors.APIError as exc:
+                # anything but a lost compare-and-set (a full store, say) is named as what it is
+                if exc.err_code not in WRONG_LAST_SEQUENCE:
+                    raise store_refused(exc, f"the quota record of key {name!r} was not written") from exc
+            await asyncio.sleep(random.uniform(0, 0.005))
         raise GatewayError(
             503, f"quota record for key {name!r} is too contended", kind="service_unavailable", code="quota_contended", retry_after=1
         )
