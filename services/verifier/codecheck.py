@@ -176,6 +176,8 @@ def describe_run(r: dict) -> str | None:
         return "time limit exceeded"
     if r["status"] == "output_limit":
         return "output limit exceeded"
+    if r["status"] == "memory_limit":
+        return "memory limit exceeded"
     exit_ = r.get("exit") or {}
     if exit_.get("signal"):
         return SIGNALS.get(exit_["signal"], f"killed by signal {exit_['signal']}")

@@ -44,24 +44,32 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
         Count,
         Env(
             "CONDUCTOR_SANDBOX_MEMORY_MB",
-            "A whole sample's memory: its processes × per-process address space fit inside it.",
+            "A whole sample's memory: the resident total of its processes (sandbox/budget.py).",
         ),
     ] = 2048
     fsize_mb: Annotated[Count, Env("CONDUCTOR_SANDBOX_FSIZE_MB", "Largest file a candidate may write.")] = 64
     nproc: Annotated[Count, Env("CONDUCTOR_SANDBOX_NPROC", "Processes *and threads* of one sample.")] = 8
     nofile: Annotated[Count, Env("CONDUCTOR_SANDBOX_NOFILE", "Open files per candidate process.")] = 256
-    output_mb: Annotated[Count, Env("CONDUCTOR_SANDBOX_OUTPUT_MB", "Output a candidate may print before it is cut.")] = 16
+    output_mb: Annotated[
+        Count, Env("CONDUCTOR_SANDBOX_OUTPUT_MB", "Output a candidate may print before it is cut.")
+    ] = 16
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     common: CommonSettings = msgspec.field(default_factory=CommonSettings)
     # Code references (LiveCodeBench private tests) make verify batches far larger than other messages.
     max_payload_bytes: Annotated[
-        Count, Env("CONDUCTOR_VERIFIER_MAX_PAYLOAD_BYTES", "Verify batches larger than this get payload_too_large.")
+        Count,
+        Env("CONDUCTOR_VERIFIER_MAX_PAYLOAD_BYTES", "Verify batches larger than this get payload_too_large."),
     ] = 64 * 1024 * 1024
     math_workers: Annotated[
         Count,
-        Env("CONDUCTOR_VERIFIER_WORKERS", "Math-equivalence worker processes.", fallback=_cores, default_doc="CPUs"),
+        Env(
+            "CONDUCTOR_VERIFIER_WORKERS",
+            "Math-equivalence worker processes.",
+            fallback=_cores,
+            default_doc="CPUs",
+        ),
     ] = 2
     sandbox_workers: Annotated[
         Count,
@@ -98,14 +106,24 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     sandbox_uid_base: Annotated[
         Count, Env("CONDUCTOR_SANDBOX_UID_BASE", "First uid of the unprivileged sandbox users.")
     ] = 61000
-    sandbox_tmp_mb: Annotated[Count, Env("CONDUCTOR_SANDBOX_TMP_MB", "Size of the sandbox's private /tmp.")] = 256
+    sandbox_tmp_mb: Annotated[
+        Count, Env("CONDUCTOR_SANDBOX_TMP_MB", "Size of the sandbox's private /tmp.")
+    ] = 256
     sandbox_hide: Annotated[
         tuple[str, ...],
-        Env("CONDUCTOR_SANDBOX_HIDE", "Extra paths hidden from candidates, os.pathsep-separated.", parse=listing(os.pathsep)),
+        Env(
+            "CONDUCTOR_SANDBOX_HIDE",
+            "Extra paths hidden from candidates, os.pathsep-separated.",
+            parse=listing(os.pathsep),
+        ),
     ] = ()
     sandbox_preload: Annotated[
         tuple[str, ...],
-        Env("CONDUCTOR_SANDBOX_PRELOAD", "Modules imported before the candidate runs, comma-separated.", parse=listing()),
+        Env(
+            "CONDUCTOR_SANDBOX_PRELOAD",
+            "Modules imported before the candidate runs, comma-separated.",
+            parse=listing(),
+        ),
     ] = ()
     sandbox_seccomp: Annotated[
         bool, Env("CONDUCTOR_SANDBOX_SECCOMP", "Install the seccomp filter in the sandbox.")
@@ -113,7 +131,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     limits: Limits = Limits()
     # Wall-clock limits enforced by the supervisor inside the sandbox (seconds).
     stdio_timeout_s: Annotated[
-        PositiveSeconds, Env("CONDUCTOR_VERIFIER_STDIO_TIMEOUT_S", "Per stdin/stdout test (LiveCodeBench's usual).")
+        PositiveSeconds,
+        Env("CONDUCTOR_VERIFIER_STDIO_TIMEOUT_S", "Per stdin/stdout test (LiveCodeBench's usual)."),
     ] = 6.0
     call_timeout_s: Annotated[
         PositiveSeconds, Env("CONDUCTOR_VERIFIER_CALL_TIMEOUT_S", "Per functional test.")
@@ -131,15 +150,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ] = 20.0
     sandbox_grace_s: float = 5.0
     math_verify_timeout_s: Annotated[
-        Count, Env("CONDUCTOR_VERIFIER_MATH_TIMEOUT_S", "math-verify's own alarm budget inside the worker, seconds.")
+        Count,
+        Env(
+            "CONDUCTOR_VERIFIER_MATH_TIMEOUT_S", "math-verify's own alarm budget inside the worker, seconds."
+        ),
     ] = 5
     max_response_chars: int = 400_000
     # Bounds on one request and one batch (typed bad-request errors beyond): 10,000 stdin tests once took 68 s.
     max_tests_per_item: Annotated[
-        Count, Env("CONDUCTOR_VERIFIER_MAX_TESTS", "Most code tests one verify item may carry (bad request beyond).")
+        Count,
+        Env(
+            "CONDUCTOR_VERIFIER_MAX_TESTS", "Most code tests one verify item may carry (bad request beyond)."
+        ),
     ] = 1000
     max_batch_items: Annotated[
-        Count, Env("CONDUCTOR_VERIFIER_MAX_BATCH", "Most items one verify batch may carry (bad request beyond).")
+        Count,
+        Env("CONDUCTOR_VERIFIER_MAX_BATCH", "Most items one verify batch may carry (bad request beyond)."),
     ] = 1024
     worker_start_timeout_s: float = 60.0
 

@@ -1,12 +1,22 @@
 """A sample's memory budget is for the whole sample, not per process, and the layer report says how it is enforced.
 
-An address-space rlimit bounds one process; a sample may fork. With 64 processes of 2 GiB each, one sample could
-take 128 GiB in the worst case (six children of 1 GiB took 5.3 GB of host memory). The bound that holds whatever
-the program does is a cgroup's memory.max over the sample's tree. This host offers no delegable cgroup v2 memory
-controller (the check below says which), so the budget is enforced as the product of two rlimits: at most
-``processes`` processes (RLIMIT_NPROC, which also counts threads) of at most ``total / processes`` address space
-each. That product can never exceed the total, at the price of a per-process ceiling (8 × 256 MiB by default, the
-usual 256 MB of a programming-contest judge).
+An address-space rlimit bounds one process; a sample may fork. The first bound here was the product of two rlimits
+(8 processes × 256 MiB of address space each), which holds whatever the program does but cannot run a real
+data-science program: ``import pandas`` alone maps more than 256 MiB of address space, and pandas, matplotlib and
+scikit-learn together map about 630 MiB while only 235 MiB of it is ever resident (BigCodeBench, issue 20).
+
+So the budget is on what a sample actually holds: the supervisor sums the **anonymous resident memory** (RssAnon:
+heap, stacks, written mappings; not the shared library pages, which are the page cache's and evictable) of every
+process of the sample, at the same 50 ms cadence it reads their CPU time, and ends the sample as *memory limit
+exceeded* when the sum passes the total. Two rlimits stay as backstops: each process's address space is at most
+the total (one process can never even map more than the sample may hold), and at most ``processes`` processes and
+threads. The overshoot is what a sample can write between two readings: on this 2-core host about 0.2 GiB per
+running process. The bound that holds to the byte would be a cgroup's memory.max over the sample's tree; this host
+offers no delegable cgroup v2 memory controller (the check below says which), and a pod usually cannot create
+cgroups, so the watch is the portable bound.
+
+The default total (2048 MiB) is set from the BigCodeBench sample: its heaviest canonical solution peaks at about
+250 MiB resident (``bench/bigcodebench_bench.py`` prints the five heaviest), so the default leaves 8× margin.
 """
 
 from __future__ import annotations
@@ -18,20 +28,20 @@ import msgspec
 from services.verifier.config import Limits
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-MIN_PER_PROCESS_MB = 64  # below this a Python interpreter cannot start (a fork of the zygote maps ~30 MB)
+MIN_TOTAL_MB = 64  # below this a Python interpreter cannot start (a fork of the zygote maps ~30 MB)
 
 
 class Budget(msgspec.Struct, frozen=True, kw_only=True):
-    mode: str  # "rlimits" (process cap × per-process address space)
+    mode: str  # "resident" (the whole tree's anonymous resident memory, watched) with address-space backstops
     total_mb: int
     processes: int
-    per_process_mb: int
+    per_process_mb: int  # address space of one process: never more than the total
     cgroup: str  # what the host offers, for the report
 
     def describe(self) -> str:
         return (
-            f"memory: {self.total_mb} MiB per sample via {self.mode} "
-            f"({self.processes} processes x {self.per_process_mb} MiB); cgroup v2: {self.cgroup}"
+            f"memory: {self.total_mb} MiB per sample, {self.mode} (the whole tree, read every 50 ms; "
+            f"<= {self.processes} processes, each <= {self.per_process_mb} MiB address space); cgroup v2: {self.cgroup}"
         )
 
 
@@ -47,16 +57,15 @@ def cgroup_v2_memory() -> str:
         return f"no memory/pids controller (offered: {', '.join(sorted(offered)) or 'none'})"
     if not os.access(CGROUP_ROOT, os.W_OK):
         return "not writable by this process"
-    return "available (not used: the rlimit product is the enforced bound)"
+    return "available (not used: the watched resident total is the enforced bound)"
 
 
 def plan(limits: Limits) -> Budget:
-    """Split the total between the process cap and the per-process limit so their product fits the total."""
-    processes = max(1, min(limits.nproc, limits.memory_mb // MIN_PER_PROCESS_MB))
+    total = max(MIN_TOTAL_MB, limits.memory_mb)
     return Budget(
-        mode="rlimits",
-        total_mb=limits.memory_mb,
-        processes=processes,
-        per_process_mb=limits.memory_mb // processes,
+        mode="resident",
+        total_mb=total,
+        processes=max(1, limits.nproc),
+        per_process_mb=total,
         cgroup=cgroup_v2_memory(),
     )

@@ -84,7 +84,9 @@ class Sandbox:
         lim = self.settings.limits
         mb = 1024 * 1024
         return {
-            "memory": self.budget.per_process_mb * mb,
+            "memory": self.budget.per_process_mb * mb,  # address space of one process (a backstop)
+            "resident": self.budget.total_mb
+            * mb,  # the whole sample's anonymous resident memory (the budget)
             "cpu": max(1, math.ceil(timeout) + 1),
             "fsize": lim.fsize_mb * mb,
             "nproc": self.budget.processes,

@@ -42,25 +42,31 @@ class Run:
         self.cpu_seen: dict[int, float] = {}
         self.cpu_read_at = 0.0
         self.cpu_over = False
+        self.resident_cap = int(limits.get("resident") or 0)
+        self.memory_over = False
         self.zfd = sandbox.zsock.fileno()  # type: ignore[union-attr]
         pump.read(child["stdout"], self.stdout.feed)
         pump.read(child["stderr"], self.stderr.feed)
         pump.read(child["res"], self.results.feed)
         pump.read(self.zfd, self._notice)
 
-    def over_cpu(self, budget: float) -> bool:
-        """Has this sample's whole process tree used more than ``budget`` CPU seconds? Every process of the sandbox
-        other than the judge's is the sample's; a process that died keeps the time it was last seen with, so
-        children that escape into new sessions are still counted. Read at most every ``CPU_POLL`` seconds."""
+    def over_budget(self, budget: float) -> bool:
+        """Has this sample's whole process tree used more than ``budget`` CPU seconds, or does it hold more
+        anonymous resident memory than its total (sandbox/budget.py)? Every process of the sandbox other than the
+        judge's is the sample's; a process that died keeps the CPU time it was last seen with (its memory is
+        freed), so children that escape into new sessions are still counted. Read at most every ``CPU_POLL``."""
         now = time.monotonic()
         if now - self.cpu_read_at >= CPU_POLL:
             self.cpu_read_at = now
+            resident = 0
             for pid in self.sandbox._other_pids():
                 self.cpu_seen[pid] = max(
                     self.cpu_seen.get(pid, 0.0), reaper.cpu_seconds([pid], own_only=True)
                 )
+                resident += reaper.anon_resident(pid)
             self.cpu_over = sum(self.cpu_seen.values()) > budget
-        return self.cpu_over
+            self.memory_over = bool(self.resident_cap) and resident > self.resident_cap
+        return self.cpu_over or self.memory_over
 
     def _notice(self, message: bytes) -> None:
         if not message:
@@ -103,6 +109,8 @@ class Run:
 def _status(done: bool, run: Run, timed_out_status: str = "timeout") -> str:
     if run.overflow():
         return "output_limit"
+    if run.memory_over:
+        return "memory_limit"
     return "ok" if done and not run.cpu_over else timed_out_status
 
 
@@ -120,7 +128,9 @@ def job_stdio(sb, req: dict) -> dict:
     # The limit is the sample's own CPU time (its whole tree), so a verdict never depends on its neighbours; the
     # wall clock is only a backstop for a program that sleeps or blocks.
     done = pump.run(
-        lambda: (run.stdout.eof and run.stderr.eof) or run.exited or run.overflow() or run.over_cpu(budget),
+        lambda: (
+            (run.stdout.eof and run.stderr.eof) or run.exited or run.overflow() or run.over_budget(budget)
+        ),
         start + limits.get("wall", limits["timeout"]),
         tick=CPU_POLL,
     )
@@ -153,21 +163,21 @@ def job_call(sb, req: dict) -> dict:
                 or run.results.error is not None
                 or run.exited
                 or run.overflow()
-                or run.over_cpu(cpu_budget)
+                or run.over_budget(cpu_budget)
             ),
             deadline,
             tick=CPU_POLL,
         )
 
-    if not wait_frame(1) or run.cpu_over:
-        status = "timeout"
+    if not wait_frame(1) or run.cpu_over or run.memory_over:
+        status = "memory_limit" if run.memory_over else "timeout"
     elif run.results.frames and "loaded" in run.results.frames[0]:
         for i, args in enumerate(req["calls"]):
             pump.write(
                 child["ctl"], frames.encode({"cls": req.get("cls"), "name": req["name"], "args": args})
             )
-            if not wait_frame(i + 2) or run.cpu_over:
-                status = "timeout"
+            if not wait_frame(i + 2) or run.cpu_over or run.memory_over:
+                status = "memory_limit" if run.memory_over else "timeout"
                 break
             if len(run.results.frames) < i + 2:
                 break
@@ -244,7 +254,11 @@ def job_humaneval(sb, req: dict) -> dict:
         mine = lambda: any(f.get("id") == sb.job_id for f in verdict.frames)  # noqa: E731
         done = pump.run(
             lambda: (
-                mine() or verdict.eof or verdict.error is not None or run.overflow() or run.over_cpu(budget)
+                mine()
+                or verdict.eof
+                or verdict.error is not None
+                or run.overflow()
+                or run.over_budget(budget)
             ),
             deadline,
             tick=CPU_POLL,
@@ -284,7 +298,7 @@ def job_unittest(sb, req: dict) -> dict:
             or run.results.error is not None
             or run.exited
             or run.overflow()
-            or run.over_cpu(limits["timeout"])
+            or run.over_budget(limits["timeout"])
         ),
         start + limits["timeout"],
         tick=CPU_POLL,

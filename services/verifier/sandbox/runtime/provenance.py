@@ -88,14 +88,47 @@ def _trusted_class(cls: type) -> bool:
     return obj is cls
 
 
+HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes made by a class statement or type(); C types are static
+C_CALLABLES = (
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    types.BuiltinFunctionType,
+    types.ClassMethodDescriptorType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    types.MethodWrapperType,
+)
+
+
+def _candidate_member(value: object) -> bool:
+    """Does this class attribute run candidate code when the dunder it implements is used?"""
+    if isinstance(value, staticmethod | classmethod):
+        value = value.__func__
+    if isinstance(value, property):
+        return any(_candidate_member(f) for f in (value.fget, value.fset, value.fdel) if f is not None)
+    if value is None or isinstance(value, C_CALLABLES):
+        return False  # ``__hash__ = None``; a C implementation (``object.__eq__``, ``int.__lt__``)
+    if isinstance(value, types.FunctionType):
+        return is_candidate_code(value.__code__)
+    return True  # a callable object or a partial standing in for a dunder: its code is whoever made it
+
+
 def suspicious_type(cls: type) -> str | None:
-    """Name the dunder a candidate-made class overrides, or None when the type is harmless."""
+    """Name the dunder a candidate-made class overrides, or None when the type is harmless.
+
+    Only candidate code is distrusted: a C type (``itertools.count``, a lock, a builtin method) or a library class
+    (matplotlib's ``Axes``, a pandas ``DataFrame``) whose dunders are library functions is the library's, however
+    many dunders it overrides; the probe with a fresh object (``equals_anything``) still runs on every value."""
     for klass in cls.__mro__:
-        if klass is object or _trusted_class(klass):
+        if klass is object or not klass.__flags__ & HEAPTYPE:
             continue
-        overridden = SENSITIVE_DUNDERS.intersection(klass.__dict__)
-        if overridden:
-            return f"{klass.__qualname__} overrides {sorted(overridden)[0]}"
+        trusted = _trusted_class(klass)
+        for name in SENSITIVE_DUNDERS.intersection(klass.__dict__):
+            value = klass.__dict__[name]
+            if trusted and not isinstance(value, types.FunctionType):
+                continue  # a library's own class: only functions can have been swapped in by the candidate
+            if _candidate_member(value):
+                return f"{klass.__qualname__} overrides {name}"
     return None
 
 

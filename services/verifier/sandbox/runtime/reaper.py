@@ -95,3 +95,16 @@ def cpu_seconds(pids: list[int], own_only: bool = False) -> float:
         if fields and len(fields) > 14:
             ticks += sum(int(f) for f in fields[11:last])
     return ticks / CLOCK_TICKS
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def anon_resident(pid: int) -> int:
+    """Bytes of anonymous resident memory of a process (statm: resident minus shared file-backed pages), 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            fields = fh.read().split()
+    except OSError:
+        return 0
+    return max(0, int(fields[1]) - int(fields[2])) * PAGE if len(fields) > 2 else 0

@@ -138,7 +138,9 @@ class Sandbox:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)
             rounds += 1
-            time.sleep(pause)  # a killed process still needs CPU time to exit; on a loaded host that takes a while
+            time.sleep(
+                pause
+            )  # a killed process still needs CPU time to exit; on a loaded host that takes a while
             pause = min(pause * 2, 0.01)
         reaper.reap(self.cand_uid, kill=False)  # SysV IPC objects: a helper is forked only when there are any
 

@@ -84,6 +84,11 @@ ALWAYS_BLOCKED = frozenset(
     }
 )
 DIRECT_BLOCKED = frozenset({"sys._getframe", "code.__new__"})
+LIBRARY_LOADING = frozenset({"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle"})
+UNITTEST_DIR = os.path.dirname(unittest.__file__) + os.sep
+ASSET_FILES = frozenset(
+    {"<test>", provenance.__file__, frames.__file__, values.__file__, json.__file__, json.encoder.__file__}
+)
 
 
 def _direct_candidate_caller(depth: int = 3) -> bool:
@@ -107,8 +112,27 @@ def _process_memory(path: object) -> bool:
     return name.startswith("/proc/") and name.rstrip("/").endswith("/mem")
 
 
+def _asset_code(target: object) -> bool:
+    """Is this a function of the judge, the test or ``unittest`` (whose code, defaults or globals the tests rely on)?"""
+    code = getattr(target, "__code__", None) if isinstance(target, types.FunctionType) else None
+    if code is None:
+        return False
+    filename = code.co_filename
+    return filename in JUDGE_FILES or filename in ASSET_FILES or filename.startswith(UNITTEST_DIR)
+
+
 def make_audit_hook():
-    """The hook keeps its state in a closure: once installed, candidate code has no name to reach or disarm it."""
+    """The hook keeps its state in a closure: once installed, candidate code has no name to reach or disarm it.
+
+    Who is refused what (the threat model is in the verifier README): raw-memory reads, trace hooks, audit hooks and
+    gc walks always; every other ``ctypes`` operation whenever candidate code is on the stack, except loading a
+    library or looking up a symbol, which is refused only when candidate code itself asks — libraries that load
+    their native parts through ``ctypes`` (numpy at import, threadpoolctl inside scikit-learn's ``fit``) are not
+    candidate code, even when the candidate imported or called them; writes of a function's code, defaults or
+    globals when candidate code makes them on a function that is not its own, or when anyone makes them on the
+    judge's, the test's or ``unittest``'s functions while candidate code is on the stack (``collections.namedtuple``
+    and pyparsing set defaults of the functions they just made, ``types.coroutine`` flags a generator: allowed).
+    """
     busy = [False]
 
     def audit(event: str, args: tuple) -> None:
@@ -120,20 +144,36 @@ def make_audit_hook():
             raise PermissionError("the Python C API is not reachable through ctypes here")
         if event == "open" and _process_memory(args[0]):
             raise PermissionError("process memory files are not readable while tests run")
-        if event.startswith("ctypes.") or (event == "object.__setattr__" and args[1] in CODE_ATTRS):
-            busy[0] = (
-                True  # raw memory and code-object writes: refused whenever candidate code is on the stack
-            )
+        if event.startswith("ctypes.") and event not in LIBRARY_LOADING:
+            busy[0] = True  # raw memory through ctypes: refused whenever candidate code is on the stack
             try:
                 running = candidate_running()
             finally:
                 busy[0] = False
             if running:
+                raise PermissionError(f"{event} (ctypes) while candidate code runs is not allowed")
+            return
+        if event == "object.__setattr__" and args[1] in CODE_ATTRS:
+            busy[0] = True
+            try:
+                target = args[0]
+                own = isinstance(target, types.FunctionType) and is_candidate_code(target.__code__)
+                refused = (not own and _direct_candidate_caller()) or (
+                    _asset_code(target) and candidate_running()
+                )
+            finally:
+                busy[0] = False
+            if refused:
                 raise PermissionError(
-                    f"{event} ({args[1] if event == 'object.__setattr__' else 'ctypes'}) while candidate code runs is not allowed"
+                    f"object.__setattr__ ({args[1]}) of {getattr(args[0], '__qualname__', 'a function')}"
+                    " while candidate code runs is not allowed"
                 )
             return
-        sensitive = event in DIRECT_BLOCKED or (event == "object.__getattr__" and args[1] in FRAME_ATTRS)
+        sensitive = (
+            event in LIBRARY_LOADING
+            or event in DIRECT_BLOCKED
+            or (event == "object.__getattr__" and args[1] in FRAME_ATTRS)
+        )
         if event == "compile" and isinstance(args[1], str) and is_trusted_file(args[1]):
             sensitive = True
         if not sensitive:
@@ -536,6 +576,12 @@ def _run_armed(program: str, test: str, judge: Judge, entry_point: str) -> dict[
             continue
         test_ns[name] = judge.guard(obj) if _guarded_kind(obj) else obj
     exec(compile(test, "<test>", "exec"), test_ns)
+    # BigCodeBench runs program and test as one module: names the test's module level adds (its imports above
+    # all: a solution may use the ``pd`` only the test imports) are the program's globals too. The program's own
+    # definitions are never replaced, and the test keeps its own namespace with guarded callables.
+    for name, obj in list(test_ns.items()):
+        if not name.startswith("__") and name not in candidate_ns:
+            candidate_ns[name] = obj
     judge.extra.append(("the test module", lambda: test_ns))
     cases = [
         obj
