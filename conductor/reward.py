@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from conductor.money import usd
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import RoundRecord
 from schemas.verify import Outcome, Verdict
@@ -79,7 +80,7 @@ def shape(value: float | None, *, cost_usd: float = 0.0, cost_weight: float = 0.
     shaped = scale * (value - cost_weight * cost_usd)
     parts = [f"{value:g}"]
     if cost_weight:
-        parts.append(f"- {cost_weight:g} x ${cost_usd:.6f}")
+        parts.append(f"- {cost_weight:g} x {usd(cost_usd)}")
     if scale != 1.0:
         parts = [f"{scale:g} x ({' '.join(parts)})"]
     return Reward(shaped, " ".join(parts))

@@ -20,6 +20,7 @@ from pathlib import Path
 import msgspec
 from rich.table import Table
 
+from conductor.money import usd
 from evaluation.records import ItemResult
 
 AVERAGE = "average"
@@ -135,7 +136,7 @@ def rich_table(results: Results, title: str = "Accuracy (%), mean ± SE over rep
             continue
         cells = [pct(r.accuracy) if (r := results.row(s, b)) else "—" for b in results.benchmarks]
         table.add_row(s, *cells, pct(avg.accuracy), f"{avg.tokens_per_question:,.0f}",
-                      f"{avg.cost_per_question:.5f}", f"{avg.steps_per_workflow:.2f}")  # fmt: skip
+                      usd(avg.cost_per_question), f"{avg.steps_per_workflow:.2f}")  # fmt: skip
     return table
 
 

@@ -55,6 +55,17 @@ class PlanRequest(msgspec.Struct, frozen=True, kw_only=True):
     policy: str | None = None  # override the configured policy by name, e.g. "moa" (a baseline)
 
 
+REJECTED_TEXT_CHARS = 2000
+"""How much of a rejected sample's text is kept: enough to see what the policy wrote, bounded per sample."""
+
+
+class RejectedSample(msgspec.Struct, frozen=True, kw_only=True):
+    """A policy sample the planner could not use, kept so that a fallback's cause can be read afterwards."""
+
+    reason: str  # the format failure ("missing_lists: ...", "(cut off at max_tokens)" when generation was)
+    text: str = ""  # the sample's first REJECTED_TEXT_CHARS characters
+
+
 class PlanReply(msgspec.Struct, frozen=True, kw_only=True):
     policy: str  # which policy produced the workflow (backend or baseline name)
     completion: str = ""  # the raw Conductor text (reasoning + lists); rendered text for baselines
@@ -68,6 +79,7 @@ class PlanReply(msgspec.Struct, frozen=True, kw_only=True):
     policy_error: ErrorInfo | None = (
         None  # the backend failure the fallback stood in for (fallback_used=True)
     )
+    rejected: list[RejectedSample] = []  # each unparseable sample: its reason and the start of its text
 
     @property
     def handback(self) -> bool:

@@ -14,7 +14,7 @@ from msgspec import Meta
 from schemas import SCHEMA_VERSION
 from schemas.contract import Event, RequestReply
 from schemas.errors import ErrorInfo
-from schemas.plan import Access
+from schemas.plan import Access, RejectedSample
 from schemas.usage import Usage, UsageSummary
 from schemas.verify import Reference, Verdict
 
@@ -101,6 +101,10 @@ class RoundRecord(msgspec.Struct, frozen=True, kw_only=True):
     planner_attempts: int = 1
     planner_usage: Usage = Usage()
     error: ErrorInfo | None = None
+    # Why a fallback planned (fallback_used): each policy sample it could not use, and the policy backend's
+    # failure (its HTTP status and message) when the backend wrote nothing.
+    rejected: list[RejectedSample] = []
+    policy_error: ErrorInfo | None = None
 
 
 class SolveResult(msgspec.Struct, frozen=True, kw_only=True):

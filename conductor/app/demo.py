@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from conductor.app.render import demo_table
 from conductor.app.stack import local_stack
 from conductor.client import ConductorClient
+from conductor.money import usd
 from schemas.solve import SolveRequest, SolveResult
 
 
@@ -77,7 +78,7 @@ async def run_demo(
         console.print(demo_table(rows))
         console.print(
             f"planner policy: {', '.join(summary['policies'])} · correct {summary['correct']}/{summary['total']}"
-            f" · errors {summary['errors']} · {summary['tokens']} tokens · ${summary['cost_usd']:.4f}"
+            f" · errors {summary['errors']} · {summary['tokens']} tokens · {usd(summary['cost_usd'])}"
             f" · {summary['wall_s']:.1f}s wall"
         )
         console.print(

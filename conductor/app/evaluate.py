@@ -29,6 +29,7 @@ from rich.progress import (
 
 from conductor.app.stack import local_stack
 from conductor.client import ConductorClient
+from conductor.money import usd
 from conductor.natsserver import reachable
 from conductor.pool import Pool, PoolError, load_pool
 from conductor.settings import CommonSettings, SettingsError
@@ -236,7 +237,7 @@ async def _with_progress(
     """The run, with a bar showing running accuracy and $ (resumed items included)."""
     seen = list(done)
     columns = (TextColumn("eval"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("acc {task.fields[acc]} · ${task.fields[cost]}"), TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+               TextColumn("acc {task.fields[acc]} · {task.fields[cost]}"), TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("eval", total=len(todo) + len(done), completed=len(done), **_figures(seen))
 
@@ -249,7 +250,7 @@ async def _with_progress(
 
 def _figures(items: list[ItemResult]) -> dict[str, str]:
     acc = sum(it.correct for it in items) / len(items) if items else 0.0
-    return {"acc": f"{100 * acc:.1f}%", "cost": f"{sum(it.cost_usd for it in items):.4f}"}
+    return {"acc": f"{100 * acc:.1f}%", "cost": usd(sum(it.cost_usd for it in items))}
 
 
 __all__ = ["add_eval_command", "cmd_eval", "finish"]

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from conductor.money import usd
 from schemas.solve import SolveResult, StepRecord
 
 
@@ -32,6 +33,12 @@ def result_tree(result: SolveResult, *, width: int = 160) -> Tree:
         if rnd.fallback_used:
             label += " (fallback)"
         node = root.add(Text(label, style="cyan"))
+        if rnd.policy_error is not None:  # why the fallback planned: the policy backend failed
+            why = "policy backend failed: " + _short(rnd.policy_error.message, width)
+            node.add(Text(why, style="yellow"))
+        for sample in rnd.rejected:  # ... or its samples did not parse
+            rejected = f"rejected sample: {sample.reason}: {_short(sample.text, width // 2)}"
+            node.add(Text(rejected, style="yellow"))
         if rnd.reasoning:
             node.add(Text("plan: " + _short(rnd.reasoning, width), style="dim"))
         if rnd.handback:
@@ -45,7 +52,7 @@ def result_tree(result: SolveResult, *, width: int = 160) -> Tree:
             else:
                 s.add(Text("response: " + _short(step.response, width), style="dim"))
                 u = step.usage
-                s.add(Text(f"{u.input_tokens}+{u.output_tokens} tokens, ${u.cost_usd:.5f}, {step.latency_s:.2f}s"))
+                s.add(Text(f"{u.input_tokens}+{u.output_tokens} tokens, {usd(u.cost_usd)}, {step.latency_s:.2f}s"))  # fmt: skip
         if rnd.error is not None:
             node.add(Text(f"error: {rnd.error.code}: {rnd.error.message}", style="red"))
     return root
@@ -60,7 +67,7 @@ def result_view(result: SolveResult) -> Group:
     if result.verdict is not None:
         parts.append(Text(f"verdict: {result.verdict.outcome} ({result.verdict.reason}); reward {result.reward}"))
     t = result.usage.total
-    parts.append(Text(f"usage: {t.calls} calls, {t.total_tokens} tokens, ${t.cost_usd:.5f}; {result.latency_s:.2f}s"))
+    parts.append(Text(f"usage: {t.calls} calls, {t.total_tokens} tokens, {usd(t.cost_usd)}; {result.latency_s:.2f}s"))
     return Group(*parts)
 
 
@@ -81,6 +88,6 @@ def demo_table(rows: Sequence[tuple[str, str, SolveResult]]) -> Table:
             correct = Text("yes" if ok else str(res.verdict.outcome), style="green" if ok else "red")
         t = res.usage.total
         table.add_row(
-            qid, domain, correct, str(len(steps)), workers, str(t.total_tokens), f"{t.cost_usd:.5f}", f"{res.latency_s:.2f}"
+            qid, domain, correct, str(len(steps)), workers, str(t.total_tokens), usd(t.cost_usd), f"{res.latency_s:.2f}"
         )
     return table

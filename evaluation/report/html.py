@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
+from conductor.money import usd
 from evaluation.records import ItemResult
 from evaluation.report import charts
 from evaluation.report.graph import workflow_svg
@@ -60,7 +61,7 @@ def accuracy_table(results: Results) -> str:
             cells.append(f"<td{mark}>{pct(r.accuracy) if r else '—'}</td>")
         body.append(
             f"<tr><td>{escape(s)}</td>{''.join(cells)}<td>{avg.tokens_per_question:,.0f}</td>"
-            f"<td>{avg.cost_per_question:.5f}</td><td>{avg.calls_per_question:.2f}</td>"
+            f"<td>{usd(avg.cost_per_question)}</td><td>{avg.calls_per_question:.2f}</td>"
             f"<td>{avg.steps_per_workflow:.2f}</td></tr>"
         )
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
@@ -79,7 +80,7 @@ def _step(step: StepRecord) -> str:
         body += f"<b>error</b><pre>{_short(step.error.message)}</pre>"
     return (
         f'<details class="step"><summary>step {step.index} → {escape(step.worker)} ({_access(step)}, '
-        f"{step.usage.total_tokens} tokens, ${step.usage.cost_usd:.5f}){status}</summary>{body}</details>"
+        f"{step.usage.total_tokens} tokens, {usd(step.usage.cost_usd)}){status}</summary>{body}</details>"
     )
 
 

@@ -537,6 +537,8 @@ def _round_record(rnd: int, plan: PlanReply) -> RoundRecord:
         planner_attempts=plan.attempts,
         planner_usage=plan.usage,
         error=plan.error,
+        rejected=plan.rejected,
+        policy_error=plan.policy_error,
     )
 
 

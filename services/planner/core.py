@@ -5,8 +5,12 @@ Serving rules (the training reward treats a format failure as 0, docs/method.md 
 - A model policy is sampled up to ``1 + resamples`` times; each unparseable sample's reason is recorded in
   ``format_failures``. When all fail, the configured fallback baseline writes the workflow (``fallback_used``);
   without a fallback the reply carries a non-retryable ``format_error`` (resampling already happened here).
-- A backend failure (``PolicyError``) goes straight to the fallback, recorded in ``policy_error``; without a
-  fallback it is a ``planner_error`` whose ``retryable`` says whether asking again may help.
+- A backend failure (``PolicyError``) goes straight to the fallback, recorded in ``policy_error`` (the backend's
+  HTTP status and words); without a fallback it is a ``planner_error`` whose ``retryable`` says whether asking
+  again may help. Each rejected sample's reason and text are kept in ``rejected``, so that why a fallback planned
+  can be read afterwards (the executor copies both into the round's record).
+- A prompt over the policy's context (``PromptTooLong``) is a non-retryable ``planner_error`` naming both numbers,
+  never a fallback: on a recursion round the fallback hands back, and the round would end with nobody told.
 - ``PlanRequest.policy`` overrides the configured policy per request: a baseline spec (``moa``, ``single:2``,
   ``refine:3``, ``consensus:5@1``, optionally prefixed ``baseline:``), or ``conductor`` / the configured policy's
   own name for the model policy, or ``worker:<name>``: that pool worker writes the workflow from the same prompt
@@ -25,12 +29,12 @@ import structlog
 from conductor.prompt import policy_messages
 from conductor.workflow import WorkflowFormatError, parse_completion
 from schemas.errors import ErrorCode, ErrorInfo
-from schemas.plan import PlanReply, PlanRequest
+from schemas.plan import REJECTED_TEXT_CHARS, PlanReply, PlanRequest, RejectedSample
 from schemas.usage import Usage
 from services.planner.baselines import BaselineError, BaselineSpec, handback, parse_baseline, plan_baseline
 from services.planner.config import PlannerSettings, serving
 from services.planner.policies.worker import WORKER_PREFIX
-from services.planner.policy import Policy, PolicyError
+from services.planner.policy import Policy, PolicyError, PromptTooLong
 
 log = structlog.get_logger("conductor.planner")
 
@@ -135,6 +139,7 @@ class Planner:
             style=serve.prompt if policy is self.policy else "examples",
         )  # fmt: skip
         failures: list[str] = []
+        rejected: list[RejectedSample] = []
         usage = Usage()
         text = ""
         for attempt in range(1, self.settings.resamples + 2):
@@ -144,6 +149,11 @@ class Planner:
                 )
                 if not samples:
                     raise PolicyError("the policy returned no samples", retryable=True)
+            except PromptTooLong as exc:
+                log.warning("prompt over the policy's context", policy=policy.name, error=str(exc))
+                info = ErrorInfo(code=ErrorCode.PLANNER_ERROR, message=str(exc), detail=exc.detail)
+                return PlanReply(policy=policy.name, completion=text, attempts=attempt - 1, format_failures=failures,
+                                 rejected=rejected, usage=usage, error=info)  # fmt: skip
             except PolicyError as exc:
                 if exc.field is not None:  # the request named something that does not exist: no fallback
                     return bad_request(str(exc), exc.field)
@@ -158,6 +168,7 @@ class Planner:
                     completion=text,
                     attempts=attempt - 1,
                     format_failures=failures,
+                    rejected=rejected,
                     usage=usage,
                     error=info,
                 )
@@ -170,6 +181,7 @@ class Planner:
                 )
             except WorkflowFormatError as exc:
                 failures.append(f"{exc} (cut off at max_tokens)" if samples[0].truncated else str(exc))
+                rejected.append(RejectedSample(reason=failures[-1], text=text[:REJECTED_TEXT_CHARS]))
                 log.info("format failure", policy=policy.name, attempt=attempt, reason=exc.reason)
                 continue
             return PlanReply(
@@ -179,6 +191,7 @@ class Planner:
                 workflow=parsed.workflow,
                 attempts=attempt,
                 format_failures=failures,
+                rejected=rejected,
                 usage=usage,
             )
         # Deterministic for this request: the resamples already happened here, so asking again is not advised.
@@ -188,6 +201,7 @@ class Planner:
             completion=text,
             attempts=len(failures),
             format_failures=failures,
+            rejected=rejected,
             usage=usage,
             error=info,
         )

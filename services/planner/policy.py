@@ -33,6 +33,21 @@ class PolicyError(Exception):
         self.field = field
 
 
+class PromptTooLong(PolicyError):
+    """The prompt alone fills the policy's context (a long question, or a recursion prompt carrying earlier rounds).
+    Deterministic for this request: the planner answers a typed error instead of falling back, since on a
+    recursion round the fallback hands back and the round would end silently."""
+
+    def __init__(self, prompt_tokens: int, context: int, *, detail: str | None = None) -> None:
+        super().__init__(
+            f"the prompt is {prompt_tokens} tokens, over the policy's context of {context} tokens",
+            retryable=False,
+            detail=detail,
+        )
+        self.prompt_tokens = prompt_tokens
+        self.context = context
+
+
 class Policy(Protocol):
     name: str  # reported as PlanReply.policy, e.g. "openai:conductor-7b"
 

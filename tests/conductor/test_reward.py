@@ -40,7 +40,7 @@ def test_the_learners_cost_term_and_recursion_scale() -> None:
     assert shape(1.0, cost_usd=2.0, cost_weight=0.1).value == 0.8
     assert shape(0.5, scale=0.25).value == 0.125
     assert shape(None, cost_usd=1.0, cost_weight=1.0).value is None
-    assert shape(1.0, cost_usd=0.002, cost_weight=60.0, scale=0.25).reason == "0.25 x (1 - 60 x $0.002000)"
+    assert shape(1.0, cost_usd=0.002, cost_weight=60.0, scale=0.25).reason == "0.25 x (1 - 60 x $0.0020)"
 
 
 def test_policy_parsed_reads_the_rounds() -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -49,6 +47,16 @@ class FakeEndpoint:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # GET /v1/models, as a start-up check asks it: the one model it serves
+                models = {"object": "list", "data": [{"id": "conductor-7b", "object": "model", "created": 0,
+                                                      "owned_by": "test"}]}  # fmt: skip
+                data = json.dumps(models).encode() if self.path.endswith("/models") else b"{}"
+                self.send_response(200 if self.path.endswith("/models") else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 endpoint.requests.append(
@@ -79,16 +87,6 @@ class FakeEndpoint:
         self, body: dict, status: int = 200, headers: dict[str, str] | None = None, delay: float = 0
     ) -> None:
         self.replies.append((status, body, headers or {}, delay))
-
-
-@pytest.fixture
-def endpoint() -> Iterator[FakeEndpoint]:
-    ep = FakeEndpoint()
-    thread = threading.Thread(target=ep.server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    yield ep
-    ep.server.shutdown()
-    ep.server.server_close()
 
 
 def policy(ep: FakeEndpoint, **kw: object) -> OpenAIEndpointPolicy:

@@ -10,7 +10,7 @@ import msgspec
 
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.learner import PolicyCard, PolicyVersion, TrainJob, TrainProgress
-from schemas.plan import PlanReply, PlanRequest, PriorRound, WorkerCard, Workflow
+from schemas.plan import PlanReply, PlanRequest, PriorRound, RejectedSample, WorkerCard, Workflow
 from schemas.rollout import Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
 from schemas.solve import Budget, ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
 from schemas.tasks import DeadLetter, TaskCheckpoint
@@ -172,6 +172,25 @@ PAYLOADS: dict[str, object] = {
         created=1795600000.25, rank=8,
         card=PolicyCard(prompt="task", show_domain=True, max_steps=5, temperature=0.5, max_tokens=192,
                         base="sha256:" + "5" * 64, trained_by="smollm2-route"),
+    ),
+    "plan_reply_v7": PlanReply(
+        policy="moa", completion="...", workflow=WF, usage=U, attempts=2, fallback_used=True,
+        format_failures=["missing_lists: no lists found", "unbalanced: a list is cut off (cut off at max_tokens)"],
+        rejected=[RejectedSample(reason="missing_lists: no lists found", text="Let me think about it."),
+                  RejectedSample(reason="unbalanced: a list is cut off (cut off at max_tokens)",
+                                 text="model_id = [0, 1]\nsubtasks = [")],
+    ),
+    "solve_result_v7": SolveResult(
+        task_id="t-1",
+        answer="\\boxed{2}",
+        workflows=[msgspec.structs.replace(
+            ROUND, fallback_used=True, planner_attempts=0,
+            policy_error=ErrorInfo(code=ErrorCode.PLANNER_ERROR, message="policy endpoint answered HTTP 404: "
+                                   "The model `conductor-7b` does not exist.", detail="Error code: 404"),
+            rejected=[RejectedSample(reason="missing_lists: no lists found", text="I would ask model 0.")],
+        )],
+        usage=UsageSummary(by_worker={"sim-math": U}, planner=U, total=U + U),
+        latency_s=1.5,
     ),
     "dead_letter_v1": DeadLetter(
         task_id="t-1",

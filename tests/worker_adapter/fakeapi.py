@@ -2,6 +2,8 @@
 
 Each POST takes the next scripted ``Reply`` (status, JSON body, headers, delay before answering) and is recorded
 with its arrival time, so tests can check what the real SDKs sent and how long the adapter waited between tries.
+A script entry may also be a function of the request's JSON body returning the ``Reply`` (a server that decides,
+like ``vllm_context``).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -99,8 +101,31 @@ def anthropic_error(status: int, headers: dict[str, str] | None = None, delay_s:
     return Reply(status, body, headers or {}, delay_s)
 
 
+def vllm_context(context: int, chars_per_token: int = 4) -> Callable[[dict[str, Any]], Reply]:
+    """vLLM's answer for a model served with ``context`` tokens: its 400 refusals (worded as vLLM words them) when
+    the prompt, or the prompt and ``max_tokens``, do not fit; else a completion. Prompt tokens are counted as
+    ``chars_per_token`` characters each."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        prompt = sum(len(m["content"]) for m in body["messages"]) // chars_per_token + 1
+        wanted = body.get("max_tokens") or body.get("max_completion_tokens") or 16
+        if prompt >= context:
+            message = (f"This model's maximum context length is {context} tokens. However, your request has "
+                       f"{prompt} input tokens. Please reduce the length of the input messages.")  # fmt: skip
+        elif wanted > context - prompt:
+            message = (f"'max_tokens' or 'max_completion_tokens' is too large: {wanted}. This model's maximum "
+                       f"context length is {context} tokens and your request has {prompt} input tokens "
+                       f"({wanted} > {context} - {prompt}).")  # fmt: skip
+        else:
+            return openai_ok(prompt=prompt, completion=min(wanted, 7))
+        body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+        return Reply(400, body)
+
+    return answer
+
+
 class FakeAPI:
-    def __init__(self, script: list[Reply]) -> None:
+    def __init__(self, script: list[Reply | Callable[[dict[str, Any]], Reply]], port: int = 0) -> None:
         self.script = list(script)
         self.seen: list[Seen] = []
         self._lock = threading.Lock()
@@ -109,16 +134,13 @@ class FakeAPI:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", "0")))
+                body = json.loads(raw or b"{}")
                 with api._lock:
-                    api.seen.append(
-                        Seen(
-                            self.path,
-                            {k.lower(): v for k, v in self.headers.items()},
-                            json.loads(raw or b"{}"),
-                            time.monotonic(),
-                        )
-                    )
+                    headers = {k.lower(): v for k, v in self.headers.items()}
+                    api.seen.append(Seen(self.path, headers, body, time.monotonic()))
                     reply = api.script.pop(0) if api.script else openai_error(599)
+                if callable(reply):
+                    reply = reply(body)
                 time.sleep(reply.delay_s)
                 payload = json.dumps(reply.body).encode()
                 try:
@@ -134,7 +156,7 @@ class FakeAPI:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._server.block_on_close = False
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

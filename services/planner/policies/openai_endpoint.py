@@ -7,18 +7,37 @@ from collections.abc import Sequence
 
 import openai
 
+from conductor.openai_errors import (
+    ContextLimit,
+    context_limit,
+    missing_v1_hint,
+    prompt_estimate,
+    server_message,
+)
 from schemas.usage import Usage
 from schemas.work import ChatMessage
-from services.planner.policy import PolicyError, Sample
+from services.planner.policy import PolicyError, PromptTooLong, Sample
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 """Besides 5xx: request timeout, conflict and rate limit may succeed later. Other 4xx are configuration errors."""
 
 
+class _Overflow(Exception):
+    def __init__(self, limit: ContextLimit, detail: str) -> None:
+        super().__init__(detail)
+        self.limit = limit
+        self.detail = detail
+
+
 class OpenAIEndpointPolicy:
     """Samples via ``chat.completions.create``. The SDK's own retries (with backoff, honouring Retry-After) run
-    first; what still fails becomes a ``PolicyError``. The API key is passed in by value, resolved by the config
-    from the env var it names."""
+    first; what still fails becomes a ``PolicyError`` carrying the server's status and words (a 404 from a
+    ``base_url`` without ``/v1`` says so). The API key is passed in by value, resolved by the config from the env
+    var it names.
+
+    The server's context length (conductor/openai_errors.py) bounds each sample: ``max_tokens`` above what is left
+    after the prompt is fitted to it (remembered, so later prompts are fitted before they are sent); a prompt that
+    fills the context alone is ``PromptTooLong``."""
 
     def __init__(
         self,
@@ -32,12 +51,31 @@ class OpenAIEndpointPolicy:
     ) -> None:
         self.name = name or f"openai:{model}"
         self._model = model
+        self._base_url = base_url
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
         )
+        self._context: int | None = None  # the server's context length, once a refusal named it
 
     async def sample(
         self, messages: Sequence[ChatMessage], *, n: int, temperature: float, max_tokens: int
+    ) -> list[Sample]:
+        if self._context is not None and 0 < (room := self._context - prompt_estimate(messages)) < max_tokens:
+            max_tokens = room
+        try:
+            return await self._sample(messages, n, temperature, max_tokens)
+        except _Overflow as exc:
+            self._context = exc.limit.context
+            room = exc.limit.room()
+            if room is None or not 0 < room < max_tokens:
+                raise _refused(exc, max_tokens) from exc
+        try:
+            return await self._sample(messages, n, temperature, room)
+        except _Overflow as exc:  # refused again with what the server said would fit: no third try
+            raise _refused(exc, room) from exc
+
+    async def _sample(
+        self, messages: Sequence[ChatMessage], n: int, temperature: float, max_tokens: int
     ) -> list[Sample]:
         try:
             resp = await self._client.chat.completions.create(
@@ -48,9 +86,15 @@ class OpenAIEndpointPolicy:
                 **({"n": n} if n != 1 else {}),  # some compatible servers reject `n` altogether
             )
         except openai.APIStatusError as exc:
+            said = server_message(exc.body, exc.message)
+            if exc.status_code == 400 and (limit := context_limit(said)) is not None:
+                raise _Overflow(limit, f"HTTP 400: {said[:500]}") from exc
             retryable = exc.status_code >= 500 or exc.status_code in RETRYABLE_STATUS
+            hint = missing_v1_hint(self._base_url) if exc.status_code == 404 else ""
             raise PolicyError(
-                f"policy endpoint answered HTTP {exc.status_code}", retryable=retryable, detail=str(exc)[:500]
+                f"policy endpoint answered HTTP {exc.status_code}: {said[:300]}{hint}",
+                retryable=retryable,
+                detail=str(exc)[:500],
             ) from exc
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             raise PolicyError(
@@ -62,6 +106,15 @@ class OpenAIEndpointPolicy:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _refused(exc: _Overflow, max_tokens: int) -> PolicyError:
+    limit = exc.limit
+    if limit.prompt is not None and limit.prompt >= limit.context:
+        return PromptTooLong(limit.prompt, limit.context, detail=exc.detail)
+    after = f" after the prompt's {limit.prompt}" if limit.prompt is not None else ""
+    return PolicyError(f"max_tokens {max_tokens} does not fit the policy's context of {limit.context} tokens{after}",
+                       retryable=False, detail=exc.detail)  # fmt: skip
 
 
 def _samples(resp: openai.types.chat.ChatCompletion) -> list[Sample]:

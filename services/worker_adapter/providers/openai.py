@@ -8,7 +8,8 @@ knows), temperature/top_p/presence_penalty, ``reasoning_effort`` when set, and t
 
 The SDK's own retries are off (``max_retries=0``): the core retries, so backoff and Retry-After have one owner.
 Token counts come from the response's ``usage``; a server that omits it gets an estimate of 4 characters per token
-so budgets and costs never silently read zero.
+so budgets and costs never silently read zero. A ``max_tokens`` above the server's context length is fitted to it
+(``OpenAIProvider``, conductor/openai_errors.py); a 404 from a ``base_url`` without ``/v1`` says to add it.
 """
 
 from __future__ import annotations
@@ -17,9 +18,17 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 import openai
 import structlog
 
+from conductor.openai_errors import (
+    ContextLimit,
+    context_limit,
+    missing_v1_hint,
+    prompt_estimate,
+    server_message,
+)
 from conductor.pool import WorkerSpec
 from schemas.work import ChatMessage, FaultReason
 from services.worker_adapter.provider import (
@@ -70,8 +79,23 @@ def _estimate(chars: int) -> int:
     return math.ceil(chars / 4)
 
 
+class ContextOverflow(Exception):
+    """The server refused the call's ``max_tokens`` (or its prompt) for its context length; numbers in ``limit``."""
+
+    def __init__(self, limit: ContextLimit, detail: str) -> None:
+        super().__init__(detail)
+        self.limit = limit
+        self.detail = detail
+
+
 class OpenAIProvider:
-    """One ``AsyncOpenAI`` client per (base URL, key variable), created on first use and closed in ``aclose``."""
+    """One ``AsyncOpenAI`` client per (base URL, key variable), created on first use and closed in ``aclose``.
+
+    A worker's ``max_tokens`` above its server's context length (the paper's 4096 against a small model served with
+    2048) would make every call a 400: the server's refusal names the context and the prompt's tokens, so the call
+    is made once more with what fits, and the context is remembered so later calls are fitted before they are sent
+    (against a generous estimate of the prompt). A prompt that alone fills the context, or a refusal without the
+    prompt's size, is a permanent error naming both numbers."""
 
     def __init__(self, keys: Mapping[str, str]) -> None:
         self._clients: ClientCache[openai.AsyncOpenAI] = ClientCache(
@@ -79,19 +103,37 @@ class OpenAIProvider:
             lambda key, spec: openai.AsyncOpenAI(api_key=key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s),
             keyless=KEYLESS,
         )
+        self._contexts: dict[tuple[str | None, str], int] = {}  # (base_url, model) -> its context length
 
     def _client(self, spec: WorkerSpec) -> openai.AsyncOpenAI:
         return self._clients.get(spec)
+
+    def _fitted(self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams) -> CallParams:
+        context = self._contexts.get((spec.base_url, spec.model))
+        room = None if context is None else context - prompt_estimate(messages)
+        if room is None or room < 1 or params.max_tokens <= room:
+            return params  # unknown, or the prompt may not fit at all: the server's answer says which
+        return msgspec.structs.replace(params, max_tokens=room)
 
     async def complete(
         self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
     ) -> Completion:
         client = self._client(spec)
+        fitted = self._fitted(spec, messages, params)
         try:
-            with sdk_errors(openai, params.timeout_s):
-                resp = await client.chat.completions.create(
-                    **request_body(spec, messages, params), timeout=params.timeout_s
-                )
+            try:
+                resp = await self._create(client, spec, messages, fitted)
+            except ContextOverflow as exc:
+                self._contexts[(spec.base_url, spec.model)] = exc.limit.context
+                room = exc.limit.room()
+                if room is None or room < 1 or room >= fitted.max_tokens:
+                    raise _overflow(spec, fitted.max_tokens, exc) from exc
+                log.warning("max_tokens above the server's context: fitted", worker=spec.name,
+                            max_tokens=params.max_tokens, context=exc.limit.context, fitted=room)  # fmt: skip
+                fitted = msgspec.structs.replace(fitted, max_tokens=room)
+                resp = await self._create(client, spec, messages, fitted)
+        except ContextOverflow as exc:  # refused again with what the server said would fit: no third try
+            raise _overflow(spec, fitted.max_tokens, exc) from exc
         except openai.APIError as exc:  # e.g. a 2xx whose body is not a chat completion: replaying will not fix it
             raise PermanentProviderError(
                 f"unusable response: {exc.message}", reason=FaultReason.INVALID_RESPONSE
@@ -106,5 +148,39 @@ class OpenAIProvider:
             n_in, n_out = _estimate(sum(len(m.content) for m in messages)), _estimate(len(text))
         return Completion(text=text, input_tokens=n_in, output_tokens=n_out, model=resp.model or spec.model)
 
+    async def _create(
+        self, client: openai.AsyncOpenAI, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
+    ) -> Any:  # fmt: skip
+        """One request; a context-length refusal is a ``ContextOverflow``, a 404 hints at a missing ``/v1``."""
+        with sdk_errors(openai, params.timeout_s):
+            try:
+                return await client.chat.completions.create(
+                    **request_body(spec, messages, params), timeout=params.timeout_s
+                )
+            except openai.BadRequestError as exc:
+                said = server_message(exc.body, exc.message)
+                if (limit := context_limit(said)) is None:
+                    raise
+                raise ContextOverflow(limit, f"HTTP 400: {said[:500]}") from exc
+            except openai.NotFoundError as exc:
+                said = server_message(exc.body, exc.message)
+                raise PermanentProviderError(
+                    f"HTTP 404 from {spec.base_url or 'the OpenAI API'}: {said[:200]}{missing_v1_hint(spec.base_url)}",
+                    reason=FaultReason.CLIENT_ERROR, status=404, detail=f"HTTP 404: {str(exc.body)[:500]}",
+                ) from exc  # fmt: skip
+
     async def aclose(self) -> None:
         await self._clients.aclose()
+
+
+def _overflow(spec: WorkerSpec, max_tokens: int, exc: ContextOverflow) -> PermanentProviderError:
+    limit = exc.limit
+    if limit.prompt is not None and limit.prompt >= limit.context:
+        what = f"the prompt's {limit.prompt} tokens fill worker {spec.name!r}'s context of {limit.context} tokens"
+    elif limit.prompt is not None:
+        what = (f"max_tokens {max_tokens} does not fit worker {spec.name!r}'s context of {limit.context} tokens "
+                f"after the prompt's {limit.prompt}")  # fmt: skip
+    else:
+        what = (f"max_tokens {max_tokens} does not fit worker {spec.name!r}'s context of {limit.context} tokens; "
+                "lower max_tokens in the pool file")  # fmt: skip
+    return PermanentProviderError(what, reason=FaultReason.CLIENT_ERROR, status=400, detail=exc.detail)
