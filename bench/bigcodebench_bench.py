@@ -83,6 +83,7 @@ def main() -> int:
     )
     parser.add_argument("--data", default=str(SAMPLE))
     parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--ids", help="only these task ids (comma-separated numbers or full ids)")
     parser.add_argument("--only", default=",".join(KINDS))
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--out", help="write every row (reference and verdict) as JSON lines here")
@@ -93,6 +94,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     records = load_records(args.data)
+    if args.ids:
+        wanted = {i if "/" in i else f"BigCodeBench/{i}" for i in args.ids.split(",")}
+        records = [r for r in records if r["task_id"] in wanted]
     if args.limit:
         records = records[: args.limit]
     only = set(args.only.split(","))

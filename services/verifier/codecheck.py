@@ -363,7 +363,23 @@ def missing_libraries(ref: UnittestReference) -> list[str]:
     return sorted({w for w in wanted if not library_available(w)})
 
 
+# A test that errs because a host name does not resolve or no route exists needs the network the sandbox never
+# gives. That is the task's environment, not the program: an error naming it (masked in training), never a score.
+NETWORK_DOWN = re.compile(
+    r"Name or service not known|Temporary failure in name resolution|Network is unreachable|"
+    r"No address associated with hostname|nodename nor servname|Failed to resolve|getaddrinfo failed"
+)
+
+
+def needs_network(results: dict[str, str]) -> str | None:
+    return next((v for v in results.values() if v != "pass" and NETWORK_DOWN.search(v)), None)
+
+
 async def check_unittest(sb: Sandbox, code: str, ref: UnittestReference, timeout: float) -> CodeResult:
+    try:
+        ast.parse(ref.test)
+    except SyntaxError as exc:
+        return bad_reference(f"the unittest reference's test does not parse: line {exc.lineno}: {exc.msg}")
     expected = expected_tests(ref.test)
     if not expected:
         return bad_reference("the unittest reference defines no test methods")
@@ -392,9 +408,14 @@ async def check_unittest(sb: Sandbox, code: str, ref: UnittestReference, timeout
         return verdict(
             0, len(expected), describe_run(r) or "the suite did not report (the program exited early)"
         )
+    passed = sum(1 for name in expected if results.get(name) == "pass")
+    offline = needs_network(results) if passed < len(expected) else None
+    if offline:
+        reason = f"the task needs the network, which the sandbox does not give: {offline}"
+        info = ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message=reason, field="reference.test")
+        return CodeResult(outcome=Outcome.ERROR, reason=reason, total=len(expected), error=info)
     if "<load>" in results:
         return verdict(0, len(expected), f"program failed to load: {results['<load>']}")
-    passed = sum(1 for name in expected if results.get(name) == "pass")
     failing = next(
         (f"{n}: {results.get(n, 'did not run')}" for n in expected if results.get(n) != "pass"), None
     )

@@ -29,7 +29,9 @@ RUNTIME_MOUNT = "/opt/conductor-sandbox"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc")
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 SANDBOX_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    # The interpreter's own directory first (bound read-only like the rest of the installation): a program that
+    # runs ``python script.py`` gets this interpreter and its libraries, as on the benchmark's own machines.
+    "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",
     "TMPDIR": "/tmp",
     "LANG": "C.UTF-8",

@@ -18,7 +18,7 @@ import candidate
 import frames
 import reaper
 import tester
-from pump import Capped, FrameReader, Pump
+from pump import Capped, FrameReader, Pump, Tail
 from reaper import Fatal
 
 CPU_POLL = 0.05  # seconds between readings of a sample's CPU time; also the pump's longest sleep
@@ -35,7 +35,7 @@ class Run:
     def __init__(self, sandbox, pump: Pump, child: dict, limits: dict) -> None:
         self.sandbox, self.pump, self.child = sandbox, pump, child
         self.stdout = Capped(limits["output"])
-        self.stderr = Capped(16 * 1024)
+        self.stderr = Tail(16 * 1024)
         result_cap = int(limits.get("result", frames.DEFAULT_MAX // 4))
         self.results = FrameReader(result_cap + 1024, max_total=2 * result_cap + 4096)
         self.exit_status: int | None = None
@@ -81,7 +81,7 @@ class Run:
         return self.exit_status is not None
 
     def overflow(self) -> bool:
-        return self.stdout.overflow or self.stderr.overflow
+        return self.stdout.overflow
 
     def finish(self) -> dict:
         """Kill what is left, reap the candidate through the zygote, drain what it wrote, close our pipe ends."""

@@ -33,6 +33,23 @@ class Capped:
         self.data += chunk[: max(room, 0)]
 
 
+class Tail:
+    """Keeps the last ``cap`` bytes of a stream (diagnostics: a library's warnings on stderr are no output limit)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.overflow = False  # never: only what a program answers with is capped
+        self.eof = False
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            self.eof = True
+            return
+        self.data += chunk[-self.cap :]
+        del self.data[: max(0, len(self.data) - self.cap)]
+
+
 class FrameReader:
     """Incremental decoder of length-prefixed frames arriving in arbitrary chunks."""
 

@@ -4,7 +4,9 @@ Unlike stdin or call tests, a unittest suite must share a process with the candi
 functions, pass DataFrames and inspect Axes objects, none of which survive a process boundary. So this harness
 cannot keep expected values out of the candidate's reach; it closes the known ways of lying instead:
 
-* the test module gets a private copy of the pristine builtins, so ``builtins.isinstance = ...`` does not reach it;
+* program and test form one module, as BigCodeBench runs them, but the test reaches the program's callables only
+  through guards; ``builtins`` is watched like every module the tests name (``builtins.isinstance = ...`` during a
+  call is caught when the call returns);
 * every call from the tests into candidate code is wrapped: on return the harness compares ``builtins``, the
   ``unittest`` classes, every module and class the tests name, ``sys.modules``, signal handlers, timers, trace
   hooks and live threads against a snapshot taken when the call started — any difference is tampering;
@@ -45,6 +47,8 @@ import frames
 import provenance
 import values
 from provenance import (
+    GUARD_CODE,
+    SENSITIVE_DUNDERS,
     TEST_MOCKS,
     Tampered,
     call_guarded,
@@ -55,14 +59,24 @@ from provenance import (
 )
 
 RES_FD = 4
-PRISTINE_BUILTINS = dict(builtins.__dict__)
 TestCase = unittest.case.TestCase
 TestResult = unittest.result.TestResult
 TestLoader = unittest.loader.TestLoader
 _write = frames.write
 _dumps = json.dumps
 _getframe = sys._getframe
-_is_module = types.ModuleType.__instancecheck__
+
+
+# Kinds by ``type``, never ``isinstance``, on objects the harness did not make: ``isinstance`` asks an object for
+# its ``__class__``, which a lazy proxy (django's ``settings``) answers by loading itself (and raising).
+def _is_module(obj: object) -> bool:
+    return issubclass(type(obj), types.ModuleType)
+
+
+def _is_class(obj: object) -> bool:
+    return issubclass(type(obj), type)
+
+
 _enumerate_threads = threading.enumerate
 
 HARNESS_FILE = __file__
@@ -85,10 +99,7 @@ ALWAYS_BLOCKED = frozenset(
 )
 DIRECT_BLOCKED = frozenset({"sys._getframe", "code.__new__"})
 LIBRARY_LOADING = frozenset({"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle"})
-UNITTEST_DIR = os.path.dirname(unittest.__file__) + os.sep
-ASSET_FILES = frozenset(
-    {"<test>", provenance.__file__, frames.__file__, values.__file__, json.__file__, json.encoder.__file__}
-)
+IMPORTLIB_FILE = "<frozen importlib._bootstrap>"
 
 
 def _direct_candidate_caller(depth: int = 3) -> bool:
@@ -112,13 +123,30 @@ def _process_memory(path: object) -> bool:
     return name.startswith("/proc/") and name.rstrip("/").endswith("/mem")
 
 
-def _asset_code(target: object) -> bool:
-    """Is this a function of the judge, the test or ``unittest`` (whose code, defaults or globals the tests rely on)?"""
-    code = getattr(target, "__code__", None) if isinstance(target, types.FunctionType) else None
-    if code is None:
+def _candidate_own(target: object) -> bool:
+    """A function the candidate made (or a library made for it, like ``namedtuple``'s ``__new__``): code from no
+    trusted file, globals that are no trusted module's. A library's functions, including the methods
+    ``dataclasses`` compiles from strings into the library's own module, are not."""
+    if type(target) is not types.FunctionType or not is_candidate_code(target.__code__):
         return False
-    filename = code.co_filename
-    return filename in JUDGE_FILES or filename in ASSET_FILES or filename.startswith(UNITTEST_DIR)
+    name = target.__globals__.get("__name__")
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    owner = getattr(module, "__file__", None) if module is not None else None
+    return not (module is not None and module.__dict__ is target.__globals__ and is_trusted_file(owner or ""))
+
+
+def _library_importing() -> bool:
+    """Is the innermost activity a library being imported (the import machinery is on the stack nearer than any
+    candidate frame)? pyparsing sets keyword defaults and ``types.coroutine`` flags generators at import time."""
+    frame = _getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename == IMPORTLIB_FILE:
+            return True
+        if is_candidate_code(code) or code is GUARD_CODE:
+            return False
+        frame = frame.f_back
+    return False
 
 
 def make_audit_hook():
@@ -129,9 +157,9 @@ def make_audit_hook():
     library or looking up a symbol, which is refused only when candidate code itself asks — libraries that load
     their native parts through ``ctypes`` (numpy at import, threadpoolctl inside scikit-learn's ``fit``) are not
     candidate code, even when the candidate imported or called them; writes of a function's code, defaults or
-    globals when candidate code makes them on a function that is not its own, or when anyone makes them on the
-    judge's, the test's or ``unittest``'s functions while candidate code is on the stack (``collections.namedtuple``
-    and pyparsing set defaults of the functions they just made, ``types.coroutine`` flags a generator: allowed).
+    globals while candidate code is on the stack, unless the function is the candidate's own (``namedtuple``'s
+    generated ``__new__`` included) or a library being imported makes them (pyparsing sets keyword defaults,
+    ``types.coroutine`` flags a generator); a comparison or container dunder set on a library class.
     """
     busy = [False]
 
@@ -153,14 +181,21 @@ def make_audit_hook():
             if running:
                 raise PermissionError(f"{event} (ctypes) while candidate code runs is not allowed")
             return
+        if event == "object.__setattr__" and _is_class(args[0]) and args[1] in SENSITIVE_DUNDERS:
+            busy[0] = True  # a library class's comparison swapped for a lie while candidate code runs
+            try:
+                refused = provenance._trusted_class(args[0]) and candidate_running()
+            finally:
+                busy[0] = False
+            if refused:
+                raise PermissionError(
+                    f"setting {args[1]} on {args[0].__qualname__} while candidate code runs is not allowed"
+                )
+            return
         if event == "object.__setattr__" and args[1] in CODE_ATTRS:
             busy[0] = True
             try:
-                target = args[0]
-                own = isinstance(target, types.FunctionType) and is_candidate_code(target.__code__)
-                refused = (not own and _direct_candidate_caller()) or (
-                    _asset_code(target) and candidate_running()
-                )
+                refused = not _candidate_own(args[0]) and candidate_running() and not _library_importing()
             finally:
                 busy[0] = False
             if refused:
@@ -180,7 +215,9 @@ def make_audit_hook():
             return
         busy[0] = True
         try:
-            blocked = _direct_candidate_caller()
+            # ``sys._getframe`` on the program's behalf is how ``namedtuple``, ``typing`` and ``enum`` name the
+            # module a class is made in: only the candidate's own call is refused (the frame it would get).
+            blocked = _direct_candidate_caller(1 if event == "sys._getframe" else 3)
         finally:
             busy[0] = False
         if blocked:
@@ -218,7 +255,7 @@ class Snapshot:
         extra: list[tuple[str, Callable[[], dict]]],
         watch_mocks: bool = True,
     ) -> None:
-        self.parts: list[tuple[str, Callable[[], dict], dict, dict]] = []
+        self.parts: list[tuple] = []
         for label, obj in watched:
             self._add(label, functools.partial(_namespace, obj))
         for label, read in extra:
@@ -232,20 +269,34 @@ class Snapshot:
 
     def _add(self, label: str, read: Callable[[], dict]) -> None:
         mapping = read()  # kept: holding the objects keeps their ids unique until the comparison
-        self.parts.append((label, read, mapping, {k: _ident(v) for k, v in mapping.items()}))
+        strict = label.startswith(STRICT_LABELS)
+        ids = {k: _ident(v) for k, v in mapping.items()} if strict else {}
+        self.parts.append(
+            (label, read, mapping, ids, strict, tuple(mapping), list(map(id, mapping.values())))
+        )
 
     def diff(self) -> str | None:
-        for label, read, before, ids in self.parts:
-            now = {k: _ident(v) for k, v in read().items()}
+        for label, read, before, ids, strict, keys, identities in self.parts:
+            mapping = read()
+            if not strict:
+                # The libraries the tests name, by identity only (every guarded call pays for this, so it is the
+                # fast path: thousands of names). Code swapped inside a library function is refused by the audit
+                # hook; the judge's own namespaces below also compare functions by content.
+                if tuple(mapping) == keys and list(map(id, mapping.values())) == identities:
+                    continue
+                for key, value in before.items():
+                    if key in mapping and mapping[key] is value:
+                        continue
+                    if key in mapping and (value is None or key.startswith("_")):
+                        continue  # library caches filled lazily (``_opener``, ``_cache = None`` -> value)
+                    return f"{label}.{key} was {'removed' if key not in mapping else 'changed'}"
+                continue
+            now = {k: _ident(v) for k, v in mapping.items()}
             if now == ids:
                 continue
-            strict = label.startswith(STRICT_LABELS)
             for key, ident in ids.items():
-                if now.get(key) == ident:
-                    continue
-                if not strict and key in now and (before[key] is None or key.startswith("_")):
-                    continue  # library caches filled lazily (``_opener``, ``_cache = None`` -> value)
-                return f"{label}.{key} was {'removed' if key not in now else 'changed'}"
+                if now.get(key) != ident:
+                    return f"{label}.{key} was {'removed' if key not in now else 'changed'}"
         if self.test_mocks is not None and frozenset(TEST_MOCKS) != self.test_mocks:
             return "the registry of the test's mocks was changed"
         if _signal_state() != self.signals:
@@ -312,7 +363,7 @@ class Judge:
     def watch_module(self, module: types.ModuleType) -> None:
         self.watched.append((module.__name__, module))
         for name, obj in list(module.__dict__.items()):
-            if isinstance(obj, type) and not obj.__flags__ & (1 << 8):  # skip immutable (C static) types
+            if _is_class(obj) and not obj.__flags__ & (1 << 8):  # skip immutable (C static) types
                 self.watched.append((f"{module.__name__}.{name}", obj))
         name = module.__name__
         self.extra.append((f"sys.modules[{name}]", lambda: {name: sys.modules.get(name)}))
@@ -360,9 +411,9 @@ class Judge:
 
     def wrap(self, value: object) -> object:
         """Functions and generators made of candidate code stay guarded after they are returned."""
-        if isinstance(value, types.FunctionType) and is_candidate_code(value.__code__):
+        if type(value) is types.FunctionType and is_candidate_code(value.__code__):
             return self.guard(value)
-        if isinstance(value, types.GeneratorType) and is_candidate_code(value.gi_code):
+        if type(value) is types.GeneratorType and is_candidate_code(value.gi_code):
             return self._guarded_iter(value)
         return value
 
@@ -427,6 +478,14 @@ def _short(err: tuple) -> str:
     return f"{getattr(kind, '__name__', kind)}: {exc}"[:300]
 
 
+def defined_classes(source: str) -> set[str]:
+    """Names of the classes the test source defines at its top level."""
+    try:
+        return {node.name for node in ast.parse(source).body if isinstance(node, ast.ClassDef)}
+    except SyntaxError:
+        return set()
+
+
 def imported_modules(source: str) -> list[str]:
     """Top-level module names a piece of source imports (trusted test code or the dataset's code prompt)."""
     try:
@@ -482,17 +541,17 @@ def attribute_modules(source: str) -> list[types.ModuleType]:
             continue
         dotted = [*aliases[node.id].split("."), *reversed(chain)]
         obj: object = sys.modules.get(dotted[0])
-        for part in dotted[
-            1:
-        ]:  # getattr, not sys.modules: lazily-loaded submodules get loaded now, pre-snapshot
-            if isinstance(obj, types.ModuleType):
-                found[obj.__name__] = obj
+        # getattr, not sys.modules: lazily-loaded submodules get loaded now, pre-snapshot. Kinds by ``type``:
+        # ``isinstance`` asks a lazy proxy (django's ``settings``) for its ``__class__``, which loads it.
+        for part in dotted[1:]:
+            if _is_module(obj):
+                found[obj.__name__] = obj  # type: ignore[attr-defined]
             try:
                 obj = getattr(obj, part)
             except Exception:
                 break
-        if isinstance(obj, types.ModuleType):
-            found[obj.__name__] = obj
+        if _is_module(obj):
+            found[obj.__name__] = obj  # type: ignore[attr-defined]
     return list(found.values())
 
 
@@ -544,9 +603,12 @@ def run(
 def _guarded_kind(obj: object) -> bool:
     """Every callable the program defines is called through the guard, not only plain functions: a callable
     object or a partial would otherwise run candidate code with no snapshot check and no value check."""
-    if isinstance(obj, types.FunctionType):
+    kind = type(
+        obj
+    )  # never ``isinstance``: a lazy proxy (django's ``settings``) answers ``__class__`` by loading
+    if kind is types.FunctionType:
         return True
-    return callable(obj) and not isinstance(obj, type | types.ModuleType | types.BuiltinFunctionType)
+    return callable(obj) and not issubclass(kind, type | types.ModuleType | types.BuiltinFunctionType)
 
 
 def _run_armed(program: str, test: str, judge: Judge, entry_point: str) -> dict[str, str]:
@@ -564,29 +626,33 @@ def _run_armed(program: str, test: str, judge: Judge, entry_point: str) -> dict[
         return {"<load>": f"error: {type(exc).__name__}: {exc}"[:300]}
     judge.verify(start)
     entry = candidate_ns.get(entry_point)
-    if entry is not None and not (
-        isinstance(entry, types.FunctionType) and is_candidate_code(entry.__code__)
-    ):
+    if entry is not None and not (type(entry) is types.FunctionType and is_candidate_code(entry.__code__)):
         raise Tampered(
             f"the entry point {entry_point} is a {type(entry).__name__}, not a function of the program"
         )
-    test_ns: dict = {"__name__": "__bcb_tests__", "__builtins__": dict(PRISTINE_BUILTINS)}
+    # BigCodeBench runs program and test as ONE module (``__main__`` here): the test resolves names and patches
+    # through it (``patch(__name__ + '.choice')``, ``patch('builtins.open')`` reaching the program). The test keeps
+    # a namespace of its own only so that the program's callables it reaches are the guarded ones.
+    test_ns: dict = {"__name__": "__main__", "__builtins__": builtins}
     for name, obj in candidate_ns.items():
         if name.startswith("__"):
             continue
         test_ns[name] = judge.guard(obj) if _guarded_kind(obj) else obj
+    given = dict(test_ns)
     exec(compile(test, "<test>", "exec"), test_ns)
-    # BigCodeBench runs program and test as one module: names the test's module level adds (its imports above
-    # all: a solution may use the ``pd`` only the test imports) are the program's globals too. The program's own
-    # definitions are never replaced, and the test keeps its own namespace with guarded callables.
+    # Names the test's module level adds (its imports above all: a solution may use the ``pd`` only the test
+    # imports) are the program's globals too; the program's own definitions are never replaced.
     for name, obj in list(test_ns.items()):
         if not name.startswith("__") and name not in candidate_ns:
             candidate_ns[name] = obj
     judge.extra.append(("the test module", lambda: test_ns))
     cases = [
         obj
-        for obj in test_ns.values()
-        if isinstance(obj, type) and issubclass(obj, TestCase) and obj.__module__ == "__bcb_tests__"
+        for name, obj in test_ns.items()
+        if _is_class(obj)
+        and issubclass(obj, TestCase)
+        and given.get(name) is not obj  # defined by the test itself, not a class the program handed over
+        and name in defined_classes(test)
     ]
     recorder = Recorder(judge)
     loader = TestLoader()
