@@ -137,8 +137,11 @@ def marked_answers(region: str) -> list[tuple[int, str, str]]:
     found += [(start, inner, "boxed") for start, _, inner in boxes]
     rest = blank(rest, boxes)
     for cue in _FINAL_CUE.finditer(rest):
-        line = rest[cue.end() :].split("\n", 1)[0]
-        line = line.strip().rstrip(".").strip().strip("$").strip()
+        end = rest.find("\n", cue.end())
+        end = len(rest) if end < 0 else end
+        if any(cue.end() <= start < end for start, _, _ in boxes):
+            continue  # "the final answer is 5 + 4 + 2 = \boxed{11}": the box on that line is the answer it states
+        line = rest[cue.end() : end].strip().rstrip(".").strip().strip("$").strip()
         if line:
             found.append((cue.start(), line, "final_cue"))
     return sorted((item for item in found if item[1]), key=lambda item: item[0])
