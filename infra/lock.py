@@ -40,7 +40,17 @@ def closure(name: str, extras: tuple[str, ...] = ()) -> dict[str, str]:
     return found
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--extra"] and len(argv) == 2:
+        # One extra's own pins, beside the core's: e.g. the verifier image's BigCodeBench libraries,
+        # ``python infra/lock.py --extra bigcodebench > infra/constraints-bigcodebench.txt``.
+        core = closure("conductor", IMAGE_EXTRAS)
+        extra = {k: v for k, v in closure("conductor", (*IMAGE_EXTRAS, argv[1])).items() if k not in core}
+        print(f"# Exact versions of the `{argv[1]}` extra's closure beyond the core image's (infra/constraints.txt).")
+        print(f"# Regenerate: python infra/lock.py --extra {argv[1]} > infra/constraints-{argv[1]}.txt")
+        for key, version in sorted(extra.items()):
+            print(f"{key}=={version}")
+        return 0
     print("# Exact versions of the core image's dependencies: the set the default test run passed with.")
     print("# Regenerate after changing pyproject.toml's core dependencies: python infra/lock.py > infra/constraints.txt")
     for key, version in sorted(closure("conductor", IMAGE_EXTRAS).items()):
@@ -49,4 +59,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

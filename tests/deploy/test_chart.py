@@ -148,3 +148,13 @@ def test_required_values_fail_loudly():
 @pytest.mark.parametrize("case", CASES)
 def test_bundled_nats_in_every_case_but_external(case):
     assert len(objects(rendered(case), "StatefulSet")) == (0 if case == "external-nats" else 1)
+
+
+def test_the_verifier_runs_its_own_image_and_the_rest_the_cpu_image():
+    """Issue 20: the verifier's image carries BigCodeBench's libraries (infra/Dockerfile, target `verifier`)."""
+    images = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]["containers"][0]["image"]
+        for d in objects(rendered("default"), "Deployment")
+    }
+    assert images["rel-conductor-verifier"].startswith("ghcr.io/conductor-project/conductor-verifier:")
+    assert images["rel-conductor-planner"].startswith("ghcr.io/conductor-project/conductor:")

@@ -52,6 +52,24 @@ def test_lock_pins_every_core_and_image_extra_requirement():
     assert "torch" not in pins and "pytest" not in pins  # the CPU image carries no learner or test tooling
 
 
+def test_the_verifier_image_carries_bigcodebench_libraries_pinned():
+    """Issue 20: code verdicts run with the task's libraries importable, so the verifier's image installs the
+    `bigcodebench` extra, every requirement pinned (infra/lock.py --extra bigcodebench)."""
+    assert "FROM runtime AS verifier" in CPU and "constraints-bigcodebench.txt" in CPU
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = dict(
+        line.split("==") for line in (ROOT / "infra" / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    extra = dict(
+        line.split("==") for line in (ROOT / "infra" / "constraints-bigcodebench.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    for spec in project["optional-dependencies"]["bigcodebench"]:
+        name = re.sub(r"[-_.]+", "-", Requirement(spec).name).lower()
+        assert name in extra or name in core, f"{name} missing from infra/constraints-bigcodebench.txt"
+
+
 def test_build_context_is_only_what_the_images_copy():
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}

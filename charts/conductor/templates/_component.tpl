@@ -48,8 +48,12 @@ spec:
       terminationGracePeriodSeconds: {{ $svc.terminationGracePeriodSeconds }}
       containers:
         - name: {{ .name }}
-          image: {{ include "conductor.image" (dict "root" $root "image" $root.Values.image) }}
-          imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          {{- $image := $root.Values.image }}
+          {{- if and $svc.image $svc.image.repository }}
+          {{- $image = $svc.image }}
+          {{- end }}
+          image: {{ include "conductor.image" (dict "root" $root "image" $image) }}
+          imagePullPolicy: {{ $image.pullPolicy }}
           args:
             {{- toYaml $svc.args | nindent 12 }}
           env:
