@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evaluation.datasets import read_rows
+from evaluation.mutants import mutate_completion
 
 # 300 real BigCodeBench tasks (task_id, prompts, canonical solution, test, libs as released). Source: the public
 # repository bigcode-project/bigcodebench-annotation, hf_data/BigCodeBench.jsonl.gz at commit
@@ -126,42 +127,9 @@ def none_mutant(program: str, entry_point: str = "task_func") -> str:
     return program.rstrip("\n") + f"\n\n\ndef {entry_point}(*args, **kwargs):\n    return None\n"
 
 
-_PERTURB = """
-
-def __perturb(value):
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int):
-        return value + 1
-    if isinstance(value, float):
-        return value + 1.0
-    if isinstance(value, str):
-        return value + "~"
-    if isinstance(value, list):
-        return value + [value[0] if value else 0]
-    if isinstance(value, tuple):
-        return (__perturb(value[0]), *value[1:]) if value else (0,)
-    if isinstance(value, dict):
-        return {**value, "__mutant__": 0}
-    if hasattr(value, "iloc") and hasattr(value, "shape"):  # pandas: one row fewer, or one more when empty
-        return value.iloc[:-1] if len(value) else value.reindex(range(1))
-    if hasattr(value, "dtype") and hasattr(value, "shape") and getattr(value, "ndim", 0) >= 1:  # numpy
-        return value[:-1] if len(value) else value
-    if hasattr(value, "dtype") and hasattr(value, "shape"):  # a numpy scalar
-        return value + 1
-    return 0 if value is None else None
-"""
-
-
 def perturbed_mutant(program: str, entry_point: str = "task_func") -> str:
     """The program whose entry point returns a perturbed result (an off-by-one, a row fewer, a flipped bool)."""
-    return (
-        program.rstrip("\n")
-        + "\n"
-        + _PERTURB
-        + f"\n\n__original = {entry_point}\n\n\ndef {entry_point}(*args, **kwargs):\n"
-        + "    return __perturb(__original(*args, **kwargs))\n"
-    )
+    return mutate_completion(program, entry_point)
 
 
 def load_records(path: str | Path) -> list[dict]:

@@ -158,25 +158,34 @@ async def test_library_objects_and_library_made_functions_are_not_distrusted(ver
     assert verdict.outcome is Outcome.CORRECT, verdict.reason
 
 
-async def test_a_candidate_made_class_that_lies_is_still_refused(verifier: Verifier) -> None:
-    program = (
-        "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
-        "def task_func(x):\n    return Yes()\n"
-    )
-    verdict = (await verifier.verify_batch([unittest_request("liar", program, SMALL)]))[0]
+@pytest.mark.parametrize(
+    ("program", "named"),
+    [
+        pytest.param(  # a candidate-made class that lies is still refused before any of its code runs
+            "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+            "def task_func(x):\n    return Yes()\n",
+            "overrides __eq__",
+            id="candidate-class-eq",
+        ),
+        pytest.param(  # library-made writes are allowed; the candidate's own write into a library function is not
+            "import json\ndef task_func(x):\n    json.dumps.__kwdefaults__ = {'sort_keys': True}\n    return x * 2\n",
+            "__kwdefaults__",
+            id="library-function-defaults",
+        ),
+        pytest.param(  # nor a library class whose comparison it replaced with its own code
+            "import fractions\ndef task_func(x):\n    fractions.Fraction.__eq__ = lambda s, o: True\n"
+            "    return fractions.Fraction(x * 2)\n",
+            "Fraction overrides __eq__",
+            id="library-class-eq",
+        ),
+    ],
+)
+async def test_what_the_candidate_itself_does_is_still_refused(
+    verifier: Verifier, program: str, named: str
+) -> None:
+    verdict = (await verifier.verify_batch([unittest_request("refused", program, SMALL)]))[0]
     assert verdict.outcome is Outcome.INCORRECT
-    assert "overrides __eq__" in verdict.reason
-
-
-async def test_a_candidate_cannot_write_a_library_functions_code_or_the_tests(verifier: Verifier) -> None:
-    """Library-made writes are allowed; a candidate's own write into another function's defaults is not."""
-    program = (
-        "import json\n"
-        "def task_func(x):\n    json.dumps.__kwdefaults__ = {'sort_keys': True}\n    return x * 2\n"
-    )
-    verdict = (await verifier.verify_batch([unittest_request("defaults", program, SMALL)]))[0]
-    assert verdict.outcome is Outcome.INCORRECT
-    assert "__kwdefaults__" in verdict.reason
+    assert named in verdict.reason, verdict.reason
 
 
 async def test_numpy_imported_by_the_candidate_alone_loads(verifier: Verifier) -> None:

@@ -114,9 +114,9 @@ def _candidate_member(value: object) -> bool:
 
 
 def _generated_for(func: types.FunctionType, klass: type) -> bool:
-    """A method ``dataclasses`` (or ``attrs``, ``namedtuple``) generated for a library class: compiled from a string,
-    with the class's own module as its globals. Swapping a library class's dunders while candidate code runs is
-    refused by the audit hook, so such a function was made by the library."""
+    """A method ``dataclasses`` generated for a library class: compiled from a string, with the class's own module as
+    its globals. (A candidate could compile such a function itself and plant it in a library class — Python 3.11
+    raises no audit event for a class attribute write; that residual is in the verifier README.)"""
     module = sys.modules.get(getattr(klass, "__module__", None) or "")
     return (
         func.__code__.co_filename == "<string>" and module is not None and func.__globals__ is module.__dict__

@@ -48,7 +48,6 @@ import provenance
 import values
 from provenance import (
     GUARD_CODE,
-    SENSITIVE_DUNDERS,
     TEST_MOCKS,
     Tampered,
     call_guarded,
@@ -159,7 +158,7 @@ def make_audit_hook():
     candidate code, even when the candidate imported or called them; writes of a function's code, defaults or
     globals while candidate code is on the stack, unless the function is the candidate's own (``namedtuple``'s
     generated ``__new__`` included) or a library being imported makes them (pyparsing sets keyword defaults,
-    ``types.coroutine`` flags a generator); a comparison or container dunder set on a library class.
+    ``types.coroutine`` flags a generator).
     """
     busy = [False]
 
@@ -180,17 +179,6 @@ def make_audit_hook():
                 busy[0] = False
             if running:
                 raise PermissionError(f"{event} (ctypes) while candidate code runs is not allowed")
-            return
-        if event == "object.__setattr__" and _is_class(args[0]) and args[1] in SENSITIVE_DUNDERS:
-            busy[0] = True  # a library class's comparison swapped for a lie while candidate code runs
-            try:
-                refused = provenance._trusted_class(args[0]) and candidate_running()
-            finally:
-                busy[0] = False
-            if refused:
-                raise PermissionError(
-                    f"setting {args[1]} on {args[0].__qualname__} while candidate code runs is not allowed"
-                )
             return
         if event == "object.__setattr__" and args[1] in CODE_ATTRS:
             busy[0] = True
