@@ -2,7 +2,7 @@
 
 ``SkillScorer`` scores a completion as the sim pool would on average: unparseable → 0; otherwise the workflow's
 last worker answers correctly with its skill for the question's domain → 1, else 0.5. In process, no NATS: the
-fake reward path for unit tests and the in-process baseline of bench/learner_bench.py.
+in-process baseline of bench/learner_bench.py and the fake reward path for tests.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Printed, not asserted. Both runs: the tiny model of services/learner/presets/tiny-sim.toml, cold-started by a short
 SFT, then ``STEPS`` GRPO steps of 8 questions x 8 completions. "nats": every completion goes to the executor's
 rollout subject (executor, planner, worker-adapter and verifier in this process on an embedded nats-server, sim
-workers with their pool latency, real verification). "in-process": a scripted reward (tests/learner/fakes.py: the
+workers with their pool latency, real verification). "in-process": a scripted reward (bench/fakes.py: the
 last worker's skill for the domain) called directly, no NATS, no workers, no verifier. The split per step is from
 metrics.jsonl (services/learner/telemetry.py): generation / rollout / update. Target (issue 12): overhead <= 10%.
 """
@@ -21,6 +21,7 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.fakes import SkillScorer  # noqa: E402
 from conductor.app.training import local_rollouts  # noqa: E402
 from services.learner import coldstart, policy  # noqa: E402
 from services.learner.bridge import LoopThread  # noqa: E402
@@ -29,7 +30,6 @@ from services.learner.pipeline import grpo_stage  # noqa: E402
 from services.learner.rewards import ConductorReward  # noqa: E402
 from services.learner.stream import load_run_pool, problems  # noqa: E402
 from services.learner.telemetry import read_lines  # noqa: E402
-from tests.learner.fakes import SkillScorer  # noqa: E402
 
 STEPS = 12
 SKIP = 2  # warm-up steps left out of the medians

@@ -1,4 +1,4 @@
-"""Rollout services as separate processes: tests/learner/test_rollout_kill.py and bench/rollout_scaling_bench.py.
+"""Rollout services as separate processes: bench/rollout_scaling_bench.py and tests/learner/test_rollout_kill.py.
 
 A secured nats-server (each process connects as its own NATS user, as deployed), one process serving the
 worker-adapter and the verifier, executor replicas added as wanted (``add_executors``), each with its own
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import nats
 
+from bench.processes import Service, scrape
 from conductor.credentials import connection
 from conductor.endpoints import Requester
 from conductor.natsserver import NatsServer, free_port
@@ -30,7 +31,6 @@ from schemas.plan import Workflow
 from schemas.rollout import Rollout
 from services.learner.config import RolloutSection
 from services.learner.rollouts import RolloutClient, nats_transport
-from tests.chaos.harness import Service, scrape
 
 SUBTASKS = (
     "Solve the question step by step.",

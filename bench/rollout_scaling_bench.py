@@ -1,6 +1,6 @@
 """Rollouts per second as executor replicas grow 1 -> 4, with 1 s sim workers (issue 12): the scaling curve.
 
-Services as real processes on a secured nats-server (tests/learner/rollout_fleet.py): one process serving the
+Services as real processes on a secured nats-server (bench/rollout_fleet.py): one process serving the
 worker-adapter and the verifier, and executor processes, one more before each round (the earlier ones keep
 serving). The learner's own client path (``RolloutClient`` over ``nats_transport``, as the ``learner`` user) scores
 the same ``ROLLOUTS`` rollouts each round, every batch sent at once: sim train questions (math and mcq) with
@@ -37,8 +37,8 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._harness import cpu_s, tempdir
+from bench.rollout_fleet import RolloutFleet, sim_rollouts
 from services.learner.config import RolloutSection
-from tests.learner.rollout_fleet import RolloutFleet, sim_rollouts
 
 LATENCY_S = 1.0  # every worker call
 STEPS = (1, 2, 3)  # chained steps of the i-th rollout, cycling

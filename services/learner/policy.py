@@ -25,22 +25,10 @@ def prepare_base(config: LearnerConfig, questions: Sequence[Any]) -> Path:
         m = config.model
         return tinymodel.build(out, questions, layers=m.tiny_layers, hidden=m.tiny_hidden, seed=m.seed)
     if config.model.source == "smollm2":
-        return _smollm2_converter()(out)
+        from services.learner import smollm2  # the standard library only; torch when it converts
+
+        return smollm2.convert(out)
     return out
-
-
-def _smollm2_converter():
-    """scripts/vllm/convert.py's ``convert`` (the one GGUF -> HF conversion), loaded from the source tree: scripts/
-    is not an installed package, and a converted directory (its stamp present) is reused without loading torch."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "vllm" / "convert.py"
-    spec = importlib.util.spec_from_file_location("conductor_smollm2_convert", path)
-    if spec is None or spec.loader is None:
-        raise FileNotFoundError(f"{path}: the SmolLM2 conversion script is part of the source tree")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.convert
 
 
 def load_tokenizer(path: Path):

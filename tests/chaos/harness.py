@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,12 +20,12 @@ import msgspec
 import nats
 import nats.js.errors
 
+from bench.processes import Service, scrape
 from conductor.client import ConductorClient
 from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
 from schemas.solve import SolveRequest, SolveResult
 from schemas.tasks import Names
-from tests.conductor.scrape import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,50 +69,6 @@ def pool_file(
     path = tmp / name
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-class Service:
-    """A `conductor serve ...` process with its log in a file (a pipe left unread would block it)."""
-
-    def __init__(self, services: str, env: dict[str, str], log: Path) -> None:
-        self.services, self.env, self.log = services, env, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        start_at = self.log.stat().st_size if self.log.exists() else 0
-        fh = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "conductor.app.cli", "serve", self.services],
-            env={**os.environ, **self.env},
-            stdout=fh,
-            stderr=fh,
-            cwd=ROOT,
-        )
-        fh.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.log.open("rb") as f:
-                f.seek(start_at)
-                if b"\nserving " in b"\n" + f.read():
-                    return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve {self.services} exited {self.proc.returncode}; see {self.log}")
-            time.sleep(0.1)
-        raise RuntimeError(f"serve {self.services} did not come up; see {self.log}")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 async def _count_results(js, names: Names) -> dict[str, SolveResult]:
@@ -246,23 +200,6 @@ async def run_chaos(
         faults.kill()
         faults.wait()
         nats_server.stop()
-
-
-def scrape(port: int, names: list[str], split: dict[str, str] | None = None) -> dict[str, float]:
-    """Sum each named metric over all its label sets, from a service's Prometheus endpoint; for a metric named in
-    ``split`` also one sum per value of that label, keyed ``conductor_worker_faults_total{reason="timeout"}``."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    sums = dict.fromkeys(names, 0.0)
-    for (name, labels), value in parse(text).items():
-        if name not in sums:
-            continue
-        sums[name] += value
-        label = (split or {}).get(name)
-        if label is not None:
-            key = f'{name}{{{label}="{dict(labels).get(label, "")}"}}'
-            sums[key] = sums.get(key, 0.0) + value
-    return sums
 
 
 def _schedule(tasks: int, kills: int, restarts: int) -> list[tuple[int, str]]:

@@ -30,12 +30,13 @@ import nats
 import nats.js.errors
 from nats.js import JetStreamContext
 
+from bench.processes import Service
 from conductor.client import ConductorClient, SolveTimeoutError
 from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
 from schemas.solve import SolveRequest, SolveResult
 from schemas.tasks import INTAKE_CONSUMER, Names
-from tests.chaos.harness import ROOT, Service, _results_so_far, pool_file
+from tests.chaos.harness import ROOT, _results_so_far, pool_file
 
 KINDS = ("planner", "worker-adapter", "verifier", "executor")
 

@@ -22,13 +22,13 @@ import nats.errors
 import nats.js.errors
 import pytest
 
+from bench.processes import Service
 from conductor.natsserver import free_port
 from conductor.settings import CommonSettings
 from schemas.errors import ErrorCode
 from schemas.solve import SolveRequest, SolveResult
 from schemas.tasks import Names
 from services.executor.validation import valid_task_id
-from tests.chaos.harness import Service
 from tests.chaos.payloads import Payload, payloads
 from tests.conductor.scrape import scrape, value
 

@@ -100,10 +100,10 @@ def test_a_lora_run_ends_with_its_adapter_measured_and_resumes_past_it(tmp_path:
     """The pipeline's ``adapter`` stage on a tiny LoRA run, rewards in process (tests/learner/fakes.py)."""
     import msgspec
 
+    from bench.fakes import SkillScorer
     from services.learner import pipeline
     from services.learner.config import LoraSection, load_config
     from services.learner.stream import load_run_pool
-    from tests.learner.fakes import SkillScorer
 
     config = load_config(Path(__file__).parents[2] / "services" / "learner" / "presets" / "tiny-sim.toml")
     r = msgspec.structs.replace

@@ -7,6 +7,7 @@ import asyncio
 import nats
 import pytest
 
+from bench.fakes import SkillScorer
 from conductor.endpoints import EndpointServer, Requester, serve
 from evaluation import sim
 from schemas.errors import ErrorCode, ErrorInfo
@@ -14,7 +15,6 @@ from schemas.rollout import ROLLOUT, Rollout, RolloutBatch, RolloutBatchResult, 
 from schemas.verify import TextReference
 from services.learner.config import RolloutSection
 from services.learner.rollouts import RolloutClient, RolloutError, nats_transport
-from tests.learner.fakes import SkillScorer
 
 COMPLETION = 'Easy.\nmodel_id = [0]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
 

