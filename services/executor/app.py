@@ -8,8 +8,7 @@ from collections.abc import Mapping
 
 import structlog
 from faststream import AckPolicy
-from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage, NatsRouter, PullSub
-from nats.js.api import RetentionPolicy, StorageType
+from faststream.nats import ConsumerConfig, NatsBroker, NatsMessage, NatsRouter, PullSub
 from opentelemetry.trace import SpanKind
 
 from conductor import metrics, tracing
@@ -24,7 +23,7 @@ from services.executor.config import ExecutorSettings
 from services.executor.core import Executor
 from services.executor.intake import PULL_EXPIRY_S, Intake, admission
 from services.executor.rollouts import Rollouts
-from services.executor.store import TaskStore
+from services.executor.store import TaskStore, tasks_stream
 from services.executor.transport import NatsTransport, Transport
 
 log = structlog.get_logger("conductor.executor")
@@ -60,13 +59,7 @@ class ExecutorService:
             taken = admission(self.pool, settings.intake, common.handler_concurrency)
             self.router.subscriber(
                 self.names.submit_subject,
-                stream=JStream(
-                    self.names.tasks_stream,
-                    subjects=[self.names.submit_subject],
-                    retention=RetentionPolicy.WORK_QUEUE,
-                    duplicate_window=settings.store.duplicate_window_s,
-                    storage=StorageType.FILE,
-                ),
+                stream=tasks_stream(self.names, settings.store),
                 durable=INTAKE_CONSUMER,
                 pull_sub=PullSub(batch_size=min(64, taken), timeout=PULL_EXPIRY_S),
                 # Fetched tasks arrive on this user's own inbox, the only one it may subscribe to (conductor/access.py);

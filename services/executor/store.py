@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 import nats.js.api as js_api
 import nats.js.errors as js_errors
+from faststream.nats import JStream
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
@@ -34,17 +35,26 @@ async def ensure_stream(js: JetStreamContext, config: js_api.StreamConfig) -> No
         await js.update_stream(config)
 
 
-async def ensure_tasks_stream(js: JetStreamContext, names: Names, settings: StoreSettings) -> None:
-    await ensure_stream(
-        js,
-        js_api.StreamConfig(
-            name=names.tasks_stream,
-            subjects=[names.submit_subject],
-            retention=js_api.RetentionPolicy.WORK_QUEUE,
-            duplicate_window=settings.duplicate_window_s,
-            storage=js_api.StorageType.FILE,
-        ),
+def tasks_stream(names: Names, settings: StoreSettings) -> JStream:
+    """The durable intake's work queue, declared here once: the intake subscriber carries it (FastStream declares
+    it when the broker starts) and ``TaskStore.ensure`` reconciles it, so whichever runs first the other changes
+    nothing. File storage: a queued task outlives a server restart."""
+    return JStream(
+        names.tasks_stream,
+        subjects=[names.submit_subject],
+        retention=js_api.RetentionPolicy.WORK_QUEUE,
+        duplicate_window=settings.duplicate_window_s,
+        storage=js_api.StorageType.FILE,
     )
+
+
+def stream_config(stream: JStream) -> js_api.StreamConfig:
+    """The config FastStream's broker declares for ``stream`` (its config with its subjects), for nats-py."""
+    return stream.config.evolve(subjects=list(stream.subjects))
+
+
+async def ensure_tasks_stream(js: JetStreamContext, names: Names, settings: StoreSettings) -> None:
+    await ensure_stream(js, stream_config(tasks_stream(names, settings)))
 
 
 class TaskStore:
