@@ -1,7 +1,9 @@
-"""Shared fixtures: a real nats-server per test session on a free port, and a subject prefix per test."""
+"""Shared fixtures: a real nats-server per test session on a free port, a subject prefix per test, the vLLM tier's
+server."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -20,6 +22,18 @@ def nats_server() -> Iterator[NatsServer]:
 @pytest.fixture
 def nats_url(nats_server: NatsServer) -> str:
     return nats_server.url
+
+
+@pytest.fixture(scope="session")
+def vllm_server():
+    """The real vLLM server of the ``vllm`` tier and the model it serves (tests/vllm_server.py); without
+    ``CONDUCTOR_VLLM_URL`` the test is skipped."""
+    from tests.vllm_server import served
+
+    server = served(os.environ)
+    if server is None:
+        pytest.skip("set CONDUCTOR_VLLM_URL to a vLLM /v1 URL")
+    return server
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import msgspec
-import openai
 import pytest
 
 from conductor.app.runtime import create_services, running
@@ -34,22 +33,11 @@ from schemas.errors import ErrorCode
 from schemas.solve import ProgressEvent, SolveRequest, progress_subject
 from scripts.vllm import server
 
-URL = os.environ.get("CONDUCTOR_VLLM_URL")
 STATE = os.environ.get("CONDUCTOR_VLLM_STATE")
 DATA = Path(__file__).resolve().parents[2] / "conductor" / "data"
 SIM_QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled sim dataset (answer 2)
 
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not URL, reason="set CONDUCTOR_VLLM_URL to a vLLM /v1 URL")]
-
-
-async def _served_model(url: str) -> str:
-    if name := os.environ.get("CONDUCTOR_VLLM_MODEL"):
-        return name
-    client = openai.AsyncOpenAI(base_url=url, api_key="not-needed", max_retries=0)
-    try:
-        return (await client.models.list()).data[0].id
-    finally:
-        await client.close()
+pytestmark = pytest.mark.vllm  # the server: the vllm_server fixture (tests/conftest.py), skipped without one
 
 
 def _pool_file(tmp: Path, url: str, model: str, *, max_tokens: int) -> Path:
@@ -118,10 +106,9 @@ def _serve_all(env: dict[str, str], log: Path, timeout_s: float = 120.0) -> subp
 
 
 @pytest.mark.timeout(1800)
-async def test_conductor_solve_with_vllm_as_pool_and_policy(nats_url, subject_prefix, tmp_path):
-    assert URL is not None
-    model = await _served_model(URL)
-    env = _env(nats_url, subject_prefix, _pool_file(tmp_path, URL, model, max_tokens=256), URL, model)
+async def test_conductor_solve_with_vllm_as_pool_and_policy(nats_url, subject_prefix, tmp_path, vllm_server):
+    url, model = vllm_server.url, vllm_server.model
+    env = _env(nats_url, subject_prefix, _pool_file(tmp_path, url, model, max_tokens=256), url, model)
     serve = _serve_all(env, tmp_path / "serve.log")
     try:
         cli = await asyncio.create_subprocess_exec(
@@ -189,11 +176,11 @@ def _wait_port_released(port: int, timeout_s: float = 60.0) -> None:
 
 @pytest.mark.timeout(1800)
 @pytest.mark.skipif(not STATE, reason="needs a server started by scripts/vllm/run.py (CONDUCTOR_VLLM_STATE)")
-async def test_server_killed_mid_run_then_back(nats_url, subject_prefix, tmp_path):
-    assert URL is not None and STATE is not None
+async def test_server_killed_mid_run_then_back(nats_url, subject_prefix, tmp_path, vllm_server):
+    assert STATE is not None
     state_path = Path(STATE)
-    model = await _served_model(URL)
-    env = _env(nats_url, subject_prefix, _pool_file(tmp_path, URL, model, max_tokens=512), URL, model)
+    url, model = vllm_server.url, vllm_server.model
+    env = _env(nats_url, subject_prefix, _pool_file(tmp_path, url, model, max_tokens=512), url, model)
     settings = CommonSettings.from_env(env)
     names = ["executor", "planner", "worker-adapter", "verifier"]
     async with running(create_services(names, env), settings, name="vllm-outage"):

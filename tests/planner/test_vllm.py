@@ -7,9 +7,6 @@ Run with ``CONDUCTOR_VLLM_URL=http://127.0.0.1:8000/v1 pytest -m vllm tests/plan
 
 from __future__ import annotations
 
-import os
-
-import openai
 import pytest
 
 from conductor.settings import CommonSettings
@@ -17,26 +14,14 @@ from schemas.plan import PlanRequest, WorkerCard
 from services.planner.config import PlannerSettings
 from services.planner.core import Planner
 from services.planner.policies.openai_endpoint import OpenAIEndpointPolicy
+from tests.vllm_server import VllmServer
 
-URL = os.environ.get("CONDUCTOR_VLLM_URL")
-
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not URL, reason="set CONDUCTOR_VLLM_URL to a vLLM /v1 URL")]
-
-
-async def _served_model(url: str) -> str:
-    if name := os.environ.get("CONDUCTOR_VLLM_MODEL"):
-        return name
-    client = openai.AsyncOpenAI(base_url=url, api_key="not-needed", max_retries=0)
-    try:
-        return (await client.models.list()).data[0].id
-    finally:
-        await client.close()
+pytestmark = pytest.mark.vllm  # the server: the vllm_server fixture (tests/conftest.py), skipped without one
 
 
-async def test_planner_samples_from_vllm():
-    assert URL is not None
-    model = await _served_model(URL)
-    policy = OpenAIEndpointPolicy(model=model, base_url=URL, api_key="not-needed", timeout_s=600)
+async def test_planner_samples_from_vllm(vllm_server: VllmServer):
+    model = vllm_server.model
+    policy = OpenAIEndpointPolicy(model=model, base_url=vllm_server.url, api_key="not-needed", timeout_s=600)
     settings = PlannerSettings(common=CommonSettings(), policy=f"openai:{model}", resamples=1, max_tokens=256)
     try:
         reply = await Planner(settings, policy).plan(
@@ -54,12 +39,11 @@ async def test_planner_samples_from_vllm():
     assert reply.fallback_used or reply.policy == f"openai:{model}"
 
 
-async def test_unparseable_samples_are_resampled_then_the_fallback_plans_all_visible():
+async def test_unparseable_samples_are_resampled_then_the_fallback_plans_all_visible(vllm_server: VllmServer):
     """Real samples cut off at 8 tokens can never hold the three lists: every sample is drawn from vLLM, rejected
     with its reason, resampled, and the fallback baseline writes the workflow — each stage visible in the reply."""
-    assert URL is not None
-    model = await _served_model(URL)
-    policy = OpenAIEndpointPolicy(model=model, base_url=URL, api_key="not-needed", timeout_s=600)
+    model = vllm_server.model
+    policy = OpenAIEndpointPolicy(model=model, base_url=vllm_server.url, api_key="not-needed", timeout_s=600)
     settings = PlannerSettings(common=CommonSettings(), policy=f"openai:{model}", resamples=2, max_tokens=8,
                                fallback="moa")  # fmt: skip
     try:

@@ -6,38 +6,19 @@ Run with ``CONDUCTOR_VLLM_URL=http://127.0.0.1:8000/v1 pytest -m vllm tests/work
 
 from __future__ import annotations
 
-import os
-
-import openai
 import pytest
 
 from conductor.pool import Pool, WorkerSpec
 from schemas.work import ChatMessage, WorkRequest
 from services.worker_adapter.core import WorkerAdapter
 from services.worker_adapter.providers import build_providers
+from tests.vllm_server import VllmServer
 
-URL = os.environ.get("CONDUCTOR_VLLM_URL")
-
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(not URL, reason="set CONDUCTOR_VLLM_URL to a vLLM /v1 URL"),
-]
+pytestmark = pytest.mark.vllm  # the server: the vllm_server fixture (tests/conftest.py), skipped without one
 
 
-async def _served_model(url: str) -> str:
-    if name := os.environ.get("CONDUCTOR_VLLM_MODEL"):
-        return name
-    client = openai.AsyncOpenAI(base_url=url, api_key="not-needed", max_retries=0)
-    try:
-        models = await client.models.list()
-        return models.data[0].id
-    finally:
-        await client.close()
-
-
-async def test_vllm_chat_completion():
-    assert URL is not None
-    spec = WorkerSpec(name="vllm", provider="openai_compatible", model=await _served_model(URL), base_url=URL,
+async def test_vllm_chat_completion(vllm_server: VllmServer):
+    spec = WorkerSpec(name="vllm", provider="openai_compatible", model=vllm_server.model, base_url=vllm_server.url,
                       max_tokens=16, temperature=0.2, top_p=0.8, top_k=20, timeout_s=300.0, price_out_per_mtok=1.0)  # fmt: skip
     pool = Pool(workers=[spec])
     providers = build_providers(pool, {})
