@@ -10,8 +10,10 @@ and asserts the issue's targets. The hostile programs stay in test_suite_fooling
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import pytest
+import pytest_asyncio
 
 from evaluation.bigcodebench import (
     SAMPLE,
@@ -26,7 +28,7 @@ from schemas.errors import ErrorCode
 from schemas.verify import Outcome, UnittestReference, Verdict, VerifyRequest
 from services.verifier import libraries
 from services.verifier.core import Verifier
-from tests.verifier.conftest import sandbox_capable
+from tests.verifier.conftest import make_settings, sandbox_capable
 
 pytestmark = [
     pytest.mark.skipif(not sandbox_capable(), reason="needs root and a working bubblewrap"),
@@ -44,6 +46,15 @@ DATA_SCIENCE = [
     "BigCodeBench/62",  # seaborn histplot, returns nothing
     "BigCodeBench/169",  # scipy + pyplot imported by the program alone
 ]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def bcb_verifier() -> AsyncIterator[Verifier]:
+    """BigCodeBench's own time per task (its harness allows minutes): real data-science suites fit a random forest
+    or draw seaborn plots, several seconds each on an idle core and more on a busy one; the suite-wide 20 s is for
+    hostile programs."""
+    async with Verifier(make_settings(CONDUCTOR_VERIFIER_UNITTEST_TIMEOUT_S="240")) as v:
+        yield v
 
 
 def unittest_request(rid: str, program: str, ref: UnittestReference) -> VerifyRequest:
@@ -116,8 +127,8 @@ def assert_agreement(rows: list[tuple[str, str, bool, Verdict]], canonical_share
             assert not load_failure(verdict), (tid, kind, verdict.reason)
 
 
-async def test_real_data_science_records_are_judged_as_bigcodebench_judges_them(verifier: Verifier) -> None:
-    rows = await judge_both_ways(verifier, sample_records(DATA_SCIENCE))
+async def test_real_data_science_records_are_judged_as_bigcodebench_judges_them(bcb_verifier: Verifier) -> None:
+    rows = await judge_both_ways(bcb_verifier, sample_records(DATA_SCIENCE))
     regressed = [tid for tid, kind, passed, _ in rows if kind == "canonical" and not passed]
     assert not regressed, f"BigCodeBench's own way fails {regressed}: the reference environment regressed"
     assert_agreement(rows, canonical_share=1.0)
@@ -237,9 +248,9 @@ async def test_the_declared_libraries_are_reported_by_name() -> None:
 
 
 @pytest.mark.slow
-async def test_the_whole_shared_sample_meets_the_targets(verifier: Verifier) -> None:
+async def test_the_whole_shared_sample_meets_the_targets(bcb_verifier: Verifier) -> None:
     """Issue 20's targets on all 300 records (make test-bigcodebench; needs the bigcodebench extra)."""
-    rows = await judge_both_ways(verifier, sample_records())
+    rows = await judge_both_ways(bcb_verifier, sample_records())
     assert_agreement(rows, canonical_share=0.98)
     for tid, _, _, verdict in rows:
         assert verdict.outcome is not Outcome.ERROR or verdict.error is not None, tid
