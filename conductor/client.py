@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 import msgspec
 import nats
 import nats.errors
+import nats.js.errors as js_errors
 
 from conductor import tracing
 from conductor.access import CLIENT
-from conductor.credentials import connection
+from conductor.credentials import Connection, connection, refusal
 from conductor.endpoints import Requester
 from conductor.liveness import CallPolicy, request_headers
 from conductor.settings import CommonSettings
@@ -51,8 +52,53 @@ class NatsUnreachableError(ConnectionError):
     """No NATS server answered within the connect timeout (or it refused the credentials)."""
 
 
+class NoExecutorError(LookupError):
+    """NATS answered, but nothing serves the solve subject (no executor is running)."""
+
+
 CONNECT_TIMEOUT_S = 5.0
 """How long a client tries to reach NATS before it says so (one line, not a retry loop of tracebacks)."""
+
+FULL_STORE_CODES = frozenset({10023, 10028, 10047})
+"""JetStream's "insufficient resources" (the server's or account's store limit), "insufficient memory resources"
+and "insufficient storage resources": nothing more can be written until something is deleted."""
+
+
+def store_full(exc: js_errors.APIError) -> bool:
+    """A JetStream write refused for lack of room: the store's limits, or the stream's own (``maximum bytes``)."""
+    return exc.err_code in FULL_STORE_CODES or "maximum bytes" in (exc.description or "")
+
+
+def refused(conn: Connection, reason: str) -> NatsUnreachableError:
+    return NatsUnreachableError(f"NATS at {conn.shown} refused the credentials of user {conn.user!r} ({reason})")  # fmt: skip
+
+
+async def connect(conn: Connection, *, name: str, timeout: float = CONNECT_TIMEOUT_S) -> nats.NATS:
+    """A connection within ``timeout``, else ``NatsUnreachableError`` in one line: why the last attempt failed, or
+    at once when the server refuses the credentials (retrying cannot help)."""
+    errors: list[BaseException] = []
+    denied = asyncio.Event()
+
+    async def quiet(exc: Exception) -> None:  # nats-py's default prints a traceback per attempt
+        errors.append(exc)
+        if refusal(exc) is not None:
+            denied.set()
+
+    connecting = asyncio.ensure_future(
+        nats.connect(conn.url, name=name, inbox_prefix=conn.inbox_prefix, connect_timeout=2, error_cb=quiet,
+                     max_reconnect_attempts=-1)
+    )  # fmt: skip
+    refusing = asyncio.ensure_future(denied.wait())
+    await asyncio.wait({connecting, refusing}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    refusing.cancel()
+    if connecting.done() and connecting.exception() is None:
+        return connecting.result()
+    connecting.cancel()
+    if (reason := next(filter(None, map(refusal, errors)), None)) is not None:
+        raise refused(conn, reason)
+    last = errors[-1] if errors else connecting.exception() if connecting.done() else None
+    why = f"{type(last).__name__}: {last}" if last is not None else "no answer"
+    raise NatsUnreachableError(f"cannot reach NATS at {conn.shown} within {timeout:g}s ({why})")
 
 
 class ConductorClient:
@@ -68,23 +114,8 @@ class ConductorClient:
         self._requester: Requester | None = None
 
     async def __aenter__(self) -> ConductorClient:
-        if self._owned:
-            conn = connection(self.settings, self._role)
-            errors: list[str] = []
-
-            async def quiet(exc: Exception) -> None:  # nats-py's default prints a traceback per attempt
-                errors.append(f"{type(exc).__name__}: {exc}")
-
-            try:
-                self._nc = await asyncio.wait_for(
-                    nats.connect(conn.url, name=f"conductor-{self._role}", inbox_prefix=conn.inbox_prefix,
-                                 connect_timeout=2, error_cb=quiet, max_reconnect_attempts=-1),
-                    CONNECT_TIMEOUT_S,
-                )  # fmt: skip
-            except (TimeoutError, OSError, nats.errors.Error) as exc:
-                why = errors[-1] if errors else f"{type(exc).__name__}: {exc}"
-                raise NatsUnreachableError(f"cannot reach NATS at {conn.shown} within {CONNECT_TIMEOUT_S:g}s "
-                                           f"({why})") from None  # fmt: skip
+        if self._owned:  # CredentialsError: the credentials file is missing, unreadable or lacks the user
+            self._nc = await connect(connection(self.settings, self._role), name=f"conductor-{self._role}")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -116,6 +147,9 @@ class ConductorClient:
             reply = await self._nc.request(
                 self.settings.subject(SOLVE.subject), encode(req), timeout=timeout, headers=headers
             )
+        except nats.errors.NoRespondersError as exc:
+            raise NoExecutorError(f"nothing serves {self.settings.subject(SOLVE.subject)} (no executor is running: "
+                                  "`conductor serve all`)") from exc  # fmt: skip
         except nats.errors.TimeoutError as exc:
             raise SolveTimeoutError(f"no result for task {req.task_id} within {timeout}s") from exc
         finally:

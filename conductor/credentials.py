@@ -58,10 +58,30 @@ def read(path: Path) -> dict[str, str]:
         text = path.read_text()
     except OSError as exc:
         raise CredentialsError(f"cannot read the NATS credentials file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise CredentialsError(f"the NATS credentials file {path} is not text") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise CredentialsError(f"{path} is readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
     pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
     return {key.strip(): value.strip() for key, value in pairs}
+
+
+REFUSALS = frozenset(
+    {
+        "authorization violation",
+        "authorization timeout",
+        "user authentication expired",
+        "user authentication revoked",
+    }
+)
+"""nats-server's words (``-ERR '...'``) for a connection whose user or password it does not accept."""
+
+
+def refusal(exc: BaseException) -> str | None:
+    """The server's words when ``exc`` is nats-server refusing the connection's credentials (retrying cannot help),
+    else None."""
+    reason = str(exc).removeprefix("nats: ").strip("'\" ")
+    return reason if reason.lower() in REFUSALS else None
 
 
 def user_of(settings: CommonSettings, role: str) -> str:
@@ -76,6 +96,7 @@ class Connection:
     url: str
     inbox_prefix: str
     shown: str
+    user: str
 
 
 def redacted(url: str) -> str:
@@ -90,11 +111,14 @@ def connection(settings: CommonSettings, role: str) -> Connection:
     user = parts.username or role
     shown = redacted(settings.nats_url)
     if parts.username or settings.nats_credentials is None:
-        return Connection(settings.nats_url, inbox_prefix(user), shown)
+        return Connection(settings.nats_url, inbox_prefix(user), shown, user)
     passwords = read(settings.nats_credentials)
+    if not any(key.startswith("NATS_PASSWORD_") for key in passwords):
+        raise CredentialsError(f"{settings.nats_credentials} is not a NATS credentials file (no "
+                               "NATS_PASSWORD_<USER>=... lines)")  # fmt: skip
     password = passwords.get(password_key(role))
     if password is None:
         raise CredentialsError(f"{settings.nats_credentials} holds no password for the NATS user {role!r}")
     login = f"{quote(role, safe='')}:{quote(password, safe='')}"
     url = urlunsplit(parts._replace(netloc=f"{login}@{parts.netloc}"))
-    return Connection(url, inbox_prefix(role), shown)
+    return Connection(url, inbox_prefix(role), shown, role)

@@ -199,5 +199,10 @@ def load_pool(path: Path | None) -> Pool:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise PoolError(f"cannot read pool file {path}: {exc}") from exc
-    return parse_pool(text, base_dir=str(path.parent.resolve()))
+        raise PoolError(f"cannot read pool file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise PoolError(f"pool file {path} is not UTF-8 text (a TOML file is)") from None
+    try:
+        return parse_pool(text, base_dir=str(path.parent.resolve()))
+    except PoolError as exc:  # the message names the field; this names the file
+        raise PoolError(f"{path}: {exc}") from None

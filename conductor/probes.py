@@ -15,6 +15,7 @@ from collections.abc import Callable
 import structlog
 
 from conductor import metrics
+from conductor.service import unbound
 
 log = structlog.get_logger("conductor.probes")
 
@@ -44,7 +45,7 @@ class ProbeServer:
             self._server = await asyncio.start_server(self._handle, self.host, self.port)
         except OSError as exc:
             if self.strict or exc.errno != errno.EADDRINUSE:
-                raise
+                raise unbound("CONDUCTOR_METRICS_PORT", self.host, self.port, exc) from None
             log.warning("metrics port in use; listening on a free port instead", port=self.port)
             self._server = await asyncio.start_server(self._handle, self.host, 0)
         self.port = int(self._server.sockets[0].getsockname()[1])

@@ -13,6 +13,7 @@ encodes.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -21,13 +22,26 @@ from faststream.nats import NatsBroker, NatsRouter
 from conductor.endpoints import Endpoint, faststream_router
 
 
+class StartupError(RuntimeError):
+    """A service cannot start for a reason only an operator can fix (a port in use, a policy endpoint that is down
+    or does not serve the model); raised by ``start``, the message names the thing. `serve` prints it as one line
+    and exits 2."""
+
+
+def unbound(setting: str, host: str, port: int, exc: OSError) -> StartupError:
+    """A listening socket that could not be had, as one line naming the setting that chose it."""
+    why = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror or exc})"
+    return StartupError(f"{setting}={port}: {host}:{port} {why}")
+
+
 class Service(Protocol):
     name: str
     endpoints: Sequence[Endpoint]
     router: NatsRouter
 
     async def start(self, broker: NatsBroker) -> None:
-        """Acquire resources; the broker is connected. Outgoing requests go through ``broker``."""
+        """Acquire resources; the broker is connected. Outgoing requests go through ``broker``. Raises
+        ``StartupError`` when something outside the process is unfit to serve with."""
 
     async def stop(self) -> None:
         """Release resources; called after subscribers stopped taking messages."""

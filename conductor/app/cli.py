@@ -54,25 +54,38 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         settings = msgspec.structs.replace(settings, metrics_port=DEFAULT_METRICS_PORT)
 
     async def main() -> None:
-        stop = asyncio.Event()
+        stop, started = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+
+        def on_signal() -> None:  # still starting (NATS unreachable, say): nothing to drain, stop waiting now
+            if not stop.is_set() and not started.is_set() and task is not None:
+                task.cancel()
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         loop.add_signal_handler(signal.SIGUSR1, dump_tasks)  # `kill -USR1 PID`: where is everything waiting?
-        async with running(services, settings, name="+".join(names), strict_metrics_port=port_chosen):
-            collector = settle_gc(process)
-            print(
-                f"serving {', '.join(names)} on {redacted(settings.nats_url)} ({loop_kind} loop, gc thresholds "
-                f"{process.gc_thresholds or 'python'}); Ctrl-C to stop",
-                file=sys.stderr,
-                flush=True,
-            )
-            if server is not None:  # how `conductor solve` (or any client) gets in: as the user `client`
-                clients = " ".join(f"{k}={v}" for k, v in server.env().items())
-                print(f"clients: {clients}", file=sys.stderr, flush=True)
-            await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
-            if collector is not None:
-                collector.cancel()
+        try:
+            async with running(services, settings, name="+".join(names), strict_metrics_port=port_chosen):
+                started.set()
+                collector = settle_gc(process)
+                print(
+                    f"serving {', '.join(names)} on {redacted(settings.nats_url)} ({loop_kind} loop, gc thresholds "
+                    f"{process.gc_thresholds or 'python'}); Ctrl-C to stop",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if server is not None:  # how `conductor solve` (or any client) gets in: as the user `client`
+                    clients = " ".join(f"{k}={v}" for k, v in server.env().items())
+                    print(f"clients: {clients}", file=sys.stderr, flush=True)
+                await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
+                if collector is not None:
+                    collector.cancel()
+        except asyncio.CancelledError:
+            if started.is_set() or not stop.is_set():
+                raise
+            print("conductor serve: stopped before the services started", file=sys.stderr)
 
     try:
         run(main(), process)
@@ -138,6 +151,9 @@ def _strategy(name: str | None, pool: list[str] | None, settings: CommonSettings
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
+    import nats.errors
+    import nats.js.errors as js_errors
+
     from conductor.app.render import result_view
     from conductor.client import ConductorClient, SolveTimeoutError
     from conductor.wire import encode
@@ -177,7 +193,11 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     async def main() -> int:
         async with ConductorClient(settings) as client:
             if args.detach:
-                print(await client.submit(req))  # the task id; fetch with `conductor result ID`
+                try:
+                    print(await client.submit(req))  # the task id; fetch with `conductor result ID`
+                except (nats.errors.NoRespondersError, nats.errors.TimeoutError, js_errors.Error) as exc:
+                    print(f"conductor solve: {_submit_refused(exc, settings)}", file=sys.stderr)
+                    return 2
                 return 0
             try:
                 result = await client.solve(req, timeout=args.timeout, on_progress=show)
@@ -191,6 +211,26 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         return 1 if result.error is not None and result.answer is None else 0
 
     return asyncio.run(main())
+
+
+def _submit_refused(exc: Exception, settings: CommonSettings) -> str:
+    """Why the durable queue did not take a task, in one line: a full JetStream store, no queue at all (no executor
+    ever started on this prefix), or JetStream's own words."""
+    import nats.errors
+    import nats.js.errors as js_errors
+
+    from conductor.client import store_full
+    from schemas.tasks import Names
+
+    queue = f"the durable task queue {Names.for_prefix(settings.subject_prefix).tasks_stream}"
+    if isinstance(exc, js_errors.APIError):
+        why = f"{exc.description or type(exc).__name__} (JetStream error {exc.err_code})"
+        if store_full(exc):
+            return f"{queue} refused the task: the NATS JetStream store is full: {why}"
+        return f"{queue} refused the task: {why}"
+    if isinstance(exc, js_errors.NoStreamResponseError | nats.errors.NoRespondersError):
+        return f"{queue} does not exist (no executor started with this subject prefix, or JetStream is off)"
+    return f"{queue} did not answer ({type(exc).__name__})"
 
 
 def _cmd_result(args: argparse.Namespace) -> int:
@@ -349,13 +389,19 @@ def _add_learner_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from conductor.client import NatsUnreachableError
+    """Exit status: 0 done; 1 the work ran and failed (an error result, a failed check); 2 refused before any
+    work: bad input or configuration, NATS unreachable or refusing the credentials, nothing serving the request,
+    a port in use, a full store; 3 a solve timed out; 4 no stored result yet."""
+    from conductor.client import NatsUnreachableError, NoExecutorError
+    from conductor.credentials import CredentialsError
+    from conductor.pool import PoolError
+    from conductor.service import StartupError
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except NatsUnreachableError as exc:  # one line, not a retry loop of tracebacks (issue 19, item 6)
-        print(f"conductor {args.command}: {exc}", file=sys.stderr)
+    except (NatsUnreachableError, NoExecutorError, CredentialsError, PoolError, StartupError) as exc:
+        print(f"conductor {args.command}: {exc}", file=sys.stderr)  # one line, never a traceback (issue 19)
         return 2
 
 

@@ -11,10 +11,13 @@ import contextlib
 import importlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
+import nats.errors
 from faststream.nats import NatsBroker
+from nats.aio.client import Client
 
 from conductor.broker import make_broker
-from conductor.credentials import redacted
+from conductor.client import refused
+from conductor.credentials import connection, redacted, refusal
 from conductor.endpoints import EndpointServer
 from conductor.logging import configure_logging, get_logger
 from conductor.probes import ProbeServer
@@ -75,7 +78,7 @@ async def running(
             broker.include_router(svc.router)
             stack.push_async_callback(broker.stop)  # last out: services may flush state to NATS when they stop
             brokers.append(broker)
-        connections = [await broker.connect() for broker in brokers]
+        connections = [await _connect(broker, settings, svc.name) for svc, broker in zip(services, brokers, strict=True)]  # fmt: skip
         servers = [
             EndpointServer(
                 connection,
@@ -116,7 +119,19 @@ async def running(
             await drain(services, servers)
             for svc in reversed(started):  # before the connections close: services may flush state to NATS
                 await svc.stop()
-            log.info("services stopped", services=[s.name for s in started])
+            if started:
+                log.info("services stopped", services=[s.name for s in started])
+
+
+async def _connect(broker: NatsBroker, settings: CommonSettings, role: str) -> Client:
+    """The broker's connection; retried forever while NATS is unreachable (each attempt logged by the broker), but
+    a refusal of the credentials is ``NatsUnreachableError`` at once: retrying cannot help."""
+    try:
+        return await broker.connect()
+    except nats.errors.Error as exc:
+        if (reason := refusal(exc)) is None:
+            raise
+        raise refused(connection(settings, role), reason) from None
 
 
 async def drain(services: Sequence[Service], servers: Sequence[EndpointServer]) -> None:

@@ -15,6 +15,7 @@ from nats.js.kv import KeyValue
 
 from conductor.endpoints import Endpoint
 from conductor.pool import Pool, load_pool
+from conductor.service import unbound
 from schemas.tasks import Names
 from services.gateway.bus import Bus
 from services.gateway.config import GatewaySettings
@@ -54,7 +55,12 @@ class GatewayService:
                                      keepalive_timeout=self.settings.header_timeout_s)  # fmt: skip
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            self._runner = None
+            raise unbound("CONDUCTOR_GATEWAY_PORT", self.settings.host, self.settings.port, exc) from None
         self.port = int(self._runner.addresses[0][1])
         log.info("gateway listening", host=self.settings.host, port=self.port, keys=len(self.keys or ()))
 

@@ -14,7 +14,7 @@ import nats.js.errors as js_errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from conductor.client import ConductorClient, ResultNotReadyError
+from conductor.client import ConductorClient, ResultNotReadyError, store_full
 from conductor.endpoints import Requester
 from conductor.liveness import ResponderLost
 from conductor.settings import CommonSettings
@@ -30,15 +30,6 @@ _event_dec = msgspec.json.Decoder(ProgressEvent)
 
 def unavailable(message: str) -> GatewayError:
     return GatewayError(503, message, kind="service_unavailable", code="unavailable", retry_after=1)
-
-
-FULL_STORE_CODES = frozenset({10023, 10028, 10047})
-"""JetStream's "insufficient resources" (the server's or account's store limit), "insufficient memory resources"
-and "insufficient storage resources": nothing more can be written until something is deleted."""
-
-
-def store_full(exc: js_errors.APIError) -> bool:
-    return exc.err_code in FULL_STORE_CODES or "maximum bytes" in (exc.description or "")
 
 
 def store_refused(exc: js_errors.APIError, what: str) -> GatewayError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
 from faststream.nats import NatsBroker, NatsRouter
@@ -12,7 +12,7 @@ from conductor import metrics
 from conductor.endpoints import Requester, serve
 from schemas.plan import PLAN, PlanReply, PlanRequest
 from schemas.work import WORK, WorkReply, WorkRequest
-from services.planner.config import PlannerSettings, build_policy
+from services.planner.config import PlannerSettings, build_policy, endpoint_check
 from services.planner.core import Planner
 from services.planner.policies.local import LocalPolicy
 from services.planner.policies.worker import WorkerPolicy
@@ -29,9 +29,16 @@ class PlannerService:
 
     name = "planner"
 
-    def __init__(self, settings: PlannerSettings, *, policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        settings: PlannerSettings,
+        *,
+        policy: Policy | None = None,
+        check: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.settings = settings
         self._policy = policy
+        self._check = check
         self.versions = (
             VersionWatcher(policy, settings) if isinstance(policy, LocalPolicy) and settings.versions != "off" else None
         )
@@ -57,6 +64,8 @@ class PlannerService:
         return WorkerPolicy(worker, call)
 
     async def start(self, broker: NatsBroker) -> None:
+        if self._check is not None:
+            await self._check()  # an `openai:` policy's endpoint lists its model, or `serve` stops
         if broker.connection is not None:  # None on FastStream's in-memory test broker
             self._requester = Requester(broker.connection)
             if self.versions is not None:
@@ -84,4 +93,4 @@ class PlannerService:
 
 def create_service(env: Mapping[str, str] | None = None) -> PlannerService:
     settings = PlannerSettings.from_env(env)
-    return PlannerService(settings, policy=build_policy(settings, env))
+    return PlannerService(settings, policy=build_policy(settings, env), check=endpoint_check(settings, env))

@@ -9,8 +9,9 @@ policies exist only in tests, which pass them to ``PlannerService`` directly.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -37,6 +38,7 @@ from conductor.settings import (
 )
 from schemas.learner import PolicyCard, PromptStyle
 from services.planner.baselines import BaselineError, parse_baseline
+from services.planner.policies.endpoint_check import check_endpoint
 from services.planner.policies.local import LocalPolicy
 from services.planner.policies.openai_endpoint import OpenAIEndpointPolicy
 from services.planner.policy import Policy
@@ -243,6 +245,16 @@ def build_policy(settings: PlannerSettings, env: Mapping[str, str] | None = None
             return None
         case kind:
             raise ConfigError(f"CONDUCTOR_POLICY: unknown policy kind {kind!r}")
+
+
+def endpoint_check(
+    settings: PlannerSettings, env: Mapping[str, str] | None = None
+) -> Callable[[], Awaitable[None]] | None:
+    """What the planner checks at start-up before it serves: an ``openai:`` policy's endpoint lists its model."""
+    if settings.policy_kind != "openai":
+        return None
+    return functools.partial(check_endpoint, name=settings.policy, model=settings.policy_arg,
+                             base_url=settings.base_url, api_key=_api_key(settings, os.environ if env is None else env))  # fmt: skip
 
 
 def _api_key(settings: PlannerSettings, env: Mapping[str, str]) -> str:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import IO
 
 import msgspec
@@ -82,11 +84,33 @@ async def show_layers(settings: Settings) -> int:
         return 1 if verifier.sandbox.refusal else 0
 
 
+class InputError(ValueError):
+    """The input cannot be read, or is not text; the message names it."""
+
+
+def read_input(name: str) -> str:
+    """All of ``name`` (``-``: stdin) as text. Verdicts are written only once every line is read, so reading it
+    first changes nothing; an unreadable file or bytes that are not UTF-8 (JSON lines are) are one ``InputError``
+    naming the input, not a traceback."""
+    where = "stdin" if name == "-" else name
+    try:
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {where}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); expected "
+                         "JSON lines of VerifyRequest") from None  # fmt: skip
+
+
 def run_verify(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if args.layers:
         return asyncio.run(show_layers(settings))
-    if args.file == "-":
-        return asyncio.run(verify_stream(sys.stdin, sys.stdout, settings, args.ordered))
-    with open(args.file, encoding="utf-8") as fh:
-        return asyncio.run(verify_stream(fh, sys.stdout, settings, args.ordered))
+    try:
+        text = read_input(args.file)
+    except InputError as exc:
+        print(f"conductor verify: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(verify_stream(io.StringIO(text), sys.stdout, settings, args.ordered))

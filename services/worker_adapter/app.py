@@ -11,10 +11,11 @@ from conductor import metrics
 from conductor.endpoints import serve
 from conductor.pool import Pool, load_pool
 from schemas.work import WORK, WORK_SUBJECT, WorkReply, WorkRequest
-from services.worker_adapter.config import WorkerAdapterSettings, api_keys, key_env
+from services.worker_adapter.config import WorkerAdapterSettings, api_keys, check_keys, missing_keys
 from services.worker_adapter.core import RetryPolicy, WorkerAdapter
 from services.worker_adapter.provider import Provider
 from services.worker_adapter.providers import build_providers
+from services.worker_adapter.providers.sim import check_datasets
 from services.worker_adapter.shared import Shared, shared_or_local
 
 log = structlog.get_logger("conductor.worker_adapter")
@@ -48,10 +49,8 @@ class WorkerAdapterService:
             self._providers = build_providers(
                 self.pool, self._keys, local_threads=self.settings.local_threads
             )
-        for w in self.pool.workers:
-            env = key_env(w)
-            if w.provider in {"openai", "anthropic"} and env not in self._keys:
-                log.warning("worker has no API key; its calls will fail", worker=w.name, env_var=env)
+        for worker, env in missing_keys(self.pool, self._keys).items():  # allowed (create_service checked)
+            log.warning("worker has no API key; its calls will fail", worker=worker, env_var=env)
         s = self.settings
         retry = RetryPolicy(
             base_s=s.backoff_base_s, max_s=s.backoff_max_s, retry_after_cap_s=s.retry_after_cap_s
@@ -85,6 +84,11 @@ class WorkerAdapterService:
 
 
 def create_service(env: Mapping[str, str] | None = None) -> WorkerAdapterService:
+    """Everything the pool needs is checked before anything starts: each worker's API key (``SettingsError``
+    unless CONDUCTOR_ALLOW_MISSING_KEYS) and each sim worker's dataset (``PoolError``)."""
     settings = WorkerAdapterSettings.from_env(env)
     pool = load_pool(settings.common.pool_file)
-    return WorkerAdapterService(settings, pool, keys=api_keys(pool, env))
+    keys = api_keys(pool, env)
+    check_keys(pool, keys, settings)
+    check_datasets(pool)
+    return WorkerAdapterService(settings, pool, keys=keys)

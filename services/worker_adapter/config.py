@@ -9,7 +9,16 @@ from typing import Annotated
 import msgspec
 
 from conductor.pool import Pool, WorkerSpec
-from conductor.settings import CommonSettings, Env, Fraction, NonNegative, PositiveSeconds, Seconds, read
+from conductor.settings import (
+    CommonSettings,
+    Env,
+    Fraction,
+    NonNegative,
+    PositiveSeconds,
+    Seconds,
+    SettingsError,
+    read,
+)
 
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 """The env var a hosted provider's key comes from when the pool file names none."""
@@ -60,6 +69,14 @@ class WorkerAdapterSettings(msgspec.Struct, frozen=True, kw_only=True):
         NonNegative,
         Env("CONDUCTOR_LOCAL_THREADS", "torch intra-op threads for the `local` provider; 0 keeps torch's default."),
     ] = 0
+    allow_missing_keys: Annotated[
+        bool,
+        Env(
+            "CONDUCTOR_ALLOW_MISSING_KEYS",
+            "Start even when a worker's API-key variable is unset (that worker's calls then fail); off: start-up "
+            "stops with an error naming the variables.",
+        ),
+    ] = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerAdapterSettings:
@@ -76,3 +93,17 @@ def api_keys(pool: Pool, env: Mapping[str, str] | None = None) -> dict[str, str]
     env = os.environ if env is None else env
     names = {name for w in pool.workers if (name := key_env(w)) is not None}
     return {name: env[name] for name in sorted(names) if env.get(name)}
+
+
+def missing_keys(pool: Pool, keys: Mapping[str, str]) -> dict[str, str]:
+    """worker -> the unset variable its key should come from, for each worker that needs a key it does not have."""
+    return {w.name: env for w in pool.workers if (env := key_env(w)) is not None and env not in keys}
+
+
+def check_keys(pool: Pool, keys: Mapping[str, str], settings: WorkerAdapterSettings) -> None:
+    """A worker without its key would fail every call: an error at start-up, unless it is allowed on purpose."""
+    missing = missing_keys(pool, keys)
+    if missing and not settings.allow_missing_keys:
+        named = ", ".join(f"{worker!r} needs {env}" for worker, env in missing.items())
+        raise SettingsError(f"API keys not set: {named}; set them, or CONDUCTOR_ALLOW_MISSING_KEYS=1 to start "
+                            "anyway (those workers' calls fail)")  # fmt: skip

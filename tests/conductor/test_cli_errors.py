@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
+import socket
 import subprocess
 import sys
 import time
 
+import nats
 import pytest
+from nats.js import api
 
 from conductor.app.cli import main
-from conductor.natsserver import free_port
+from conductor.credentials import write
+from conductor.natsserver import NatsServer, free_port
+from schemas.tasks import Names
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -49,3 +56,184 @@ def test_eval_counts_must_be_positive(flag, value, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["eval", "--benchmark", "sim", "--out", "/tmp/never", flag, value])
     assert exit_.value.code == 2 and flag in capsys.readouterr().err
+
+
+# --- what the CLI is handed: credentials, pool files, input files, ports, a full store (issue 19, item 6) -------
+
+
+def _one_line(err: str) -> str:
+    assert err.strip().count("\n") == 0 and "Traceback" not in err, err
+    return err.strip()
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """No NATS server anywhere and no credentials from the environment the tests run in."""
+    monkeypatch.setenv("NATS_URL", f"nats://127.0.0.1:{free_port()}")
+    monkeypatch.delenv("CONDUCTOR_NATS_CREDENTIALS", raising=False)
+    monkeypatch.delenv("CONDUCTOR_POOL", raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize(
+    ("content", "mode", "says"),
+    [
+        (None, 0o600, "cannot read the NATS credentials file {path}: No such file or directory"),
+        (b"NATS_PASSWORD_CLIENT=x\n", 0o644, "{path} is readable by others (mode 644); chmod 600 it"),
+        (b"some text\n", 0o600, "{path} is not a NATS credentials file (no NATS_PASSWORD_<USER>=... lines)"),
+        (b"NATS_PASSWORD_EXECUTOR=x\n", 0o600, "{path} holds no password for the NATS user 'client'"),
+        (b"\xff\xfe\x00binary", 0o600, "the NATS credentials file {path} is not text"),
+    ],
+    ids=["missing", "loose", "malformed", "no-user", "binary"],
+)
+@pytest.mark.parametrize("command", [["result", "t-1"], ["solve", "q"]])
+def test_an_unfit_credentials_file_is_one_line(content, mode, says, command, offline, tmp_path, capsys):
+    """Failed before: a CredentialsError traceback, exit 1."""
+    path = tmp_path / "credentials"
+    if content is not None:
+        path.write_bytes(content)
+        path.chmod(mode)
+    offline.setenv("CONDUCTOR_NATS_CREDENTIALS", str(path))
+    assert main(command) == 2
+    assert _one_line(capsys.readouterr().err) == f"conductor {command[0]}: {says.format(path=path)}"
+
+
+@pytest.fixture(scope="module")
+def secured():
+    with NatsServer.secured() as server:
+        yield server
+
+
+def _wrong_password(tmp_path, user: str):
+    return write(tmp_path / "wrong", {user: "not-the-password"})
+
+
+@pytest.mark.nats
+@pytest.mark.parametrize("url_user", [False, True], ids=["credentials-file", "user-in-url"])
+def test_a_wrong_password_is_named_as_such_and_at_once(url_user, secured, offline, tmp_path, capsys):
+    """Failed before: "cannot reach NATS ... (ConnectionResetError)" after the whole 5 s connect timeout."""
+    if url_user:
+        offline.setenv("NATS_URL", secured.url.replace("nats://", "nats://client:wrong@"))
+    else:
+        offline.setenv("NATS_URL", secured.url)
+        offline.setenv("CONDUCTOR_NATS_CREDENTIALS", str(_wrong_password(tmp_path, "client")))
+    started = time.monotonic()
+    assert main(["result", "t-1"]) == 2
+    assert time.monotonic() - started < 4
+    err = _one_line(capsys.readouterr().err)
+    assert err == f"conductor result: NATS at {secured.url} refused the credentials of user 'client' (Authorization Violation)"  # fmt: skip
+
+
+@pytest.mark.nats
+def test_serve_with_a_wrong_password_is_one_line(secured, tmp_path):
+    """Failed before: a traceback from inside FastStream's connect, exit 1."""
+    done = _run("serve", "executor", env={"NATS_URL": secured.url, "CONDUCTOR_METRICS_PORT": "off",
+                                          "CONDUCTOR_NATS_CREDENTIALS": str(_wrong_password(tmp_path, "executor"))})  # fmt: skip
+    assert done.returncode == 2
+    assert _one_line(done.stderr) == (
+        f"conductor serve: NATS at {secured.url} refused the credentials of user 'executor' (Authorization Violation)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "says"),
+    [
+        ("missing.toml", None, "cannot read pool file {path}: No such file or directory"),
+        ("bad.toml", b"workers = [\n", "{path}: pool file is not valid TOML: "),
+        ("pool.json", b'{"workers": []}\n', "{path}: pool file is not valid TOML: "),
+        ("unknown.toml", b'[[workers]]\nname = "a"\nprovider = "gemini"\nmodel = "m"\n',
+         "{path}: pool file: workers[0].provider: Invalid enum value 'gemini'"),
+        ("binary.toml", b"\xff\xfe\x00\x01", "pool file {path} is not UTF-8 text"),
+    ],
+    ids=["missing", "malformed-toml", "json", "unknown-provider", "binary"],
+)  # fmt: skip
+@pytest.mark.timeout(60)
+def test_serve_with_a_bad_pool_file_is_one_line(name, content, says, offline, tmp_path, capsys):
+    """Failed before: a PoolError (or UnicodeDecodeError) traceback, exit 1; the file was not named."""
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    assert main(["serve", "all", "--pool", str(path)]) == 2
+    assert _one_line(capsys.readouterr().err).startswith(f"conductor serve: {says.format(path=path)}")
+
+
+def test_verify_a_missing_file_is_one_line(tmp_path, capsys):
+    """Failed before: a FileNotFoundError traceback."""
+    assert main(["verify", str(tmp_path / "nope.jsonl")]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert err == f"conductor verify: cannot read {tmp_path / 'nope.jsonl'}: No such file or directory"
+
+
+def test_verify_binary_stdin_is_one_line(monkeypatch, capsys):
+    """Failed before: a UnicodeEncodeError traceback from deep in the decoder."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"id": "1"}\n\xff\xfe\x80\n')))
+    assert main(["verify", "-"]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        "conductor verify: stdin is not UTF-8 text (byte 0xff at offset 12); expected JSON lines of VerifyRequest"
+    )
+
+
+@pytest.fixture
+def taken_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.nats
+@pytest.mark.parametrize(
+    ("service", "variable", "extra"),
+    [
+        ("gateway", "CONDUCTOR_GATEWAY_PORT", {"CONDUCTOR_GATEWAY_HOST": "127.0.0.1", "CONDUCTOR_METRICS_PORT": "off",
+                                               "CONDUCTOR_GATEWAY_ALLOW_ANONYMOUS": "true"}),
+        ("executor", "CONDUCTOR_METRICS_PORT", {"CONDUCTOR_METRICS_HOST": "127.0.0.1"}),
+    ],
+    ids=["gateway", "metrics"],
+)  # fmt: skip
+def test_serve_on_a_port_in_use_is_one_line(service, variable, extra, taken_port, nats_url, subject_prefix):
+    """Failed before: an OSError traceback from inside the event loop's create_server."""
+    env = {"NATS_URL": nats_url, "CONDUCTOR_NATS_CREDENTIALS": "", "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+           variable: str(taken_port), **extra}  # fmt: skip
+    done = _run("serve", service, env=env)
+    assert done.returncode == 2
+    err = _one_line(done.stderr)
+    assert err == f"conductor serve: {variable}={taken_port}: 127.0.0.1:{taken_port} is already in use"
+
+
+@pytest.fixture
+def on_nats(monkeypatch, nats_url, subject_prefix):
+    monkeypatch.setenv("NATS_URL", nats_url)
+    monkeypatch.setenv("CONDUCTOR_SUBJECT_PREFIX", subject_prefix)
+    monkeypatch.delenv("CONDUCTOR_NATS_CREDENTIALS", raising=False)
+    return subject_prefix
+
+
+@pytest.mark.nats
+def test_a_durable_submit_to_a_full_store_is_one_line(on_nats, nats_url, capsys):
+    """Failed before: a ServiceUnavailableError traceback ("maximum bytes exceeded")."""
+    names = Names.for_prefix(on_nats)
+
+    async def tiny_queue() -> None:  # the task queue with no room for a task
+        nc = await nats.connect(nats_url)
+        await nc.jetstream().add_stream(name=names.tasks_stream, subjects=[names.submit_subject], max_bytes=64,
+                                        discard=api.DiscardPolicy.NEW)  # fmt: skip
+        await nc.close()
+
+    asyncio.run(tiny_queue())
+    assert main(["solve", "What is 2+2?", "--detach"]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert err.startswith(f"conductor solve: the durable task queue {names.tasks_stream} refused the task: the NATS "
+                          "JetStream store is full: maximum bytes exceeded (JetStream error ")  # fmt: skip
+
+
+@pytest.mark.nats
+def test_nothing_serving_is_one_line(on_nats, capsys):
+    """Failed before: a NoRespondersError (or NoStreamResponseError) traceback when no executor ever ran."""
+    assert main(["solve", "What is 2+2?"]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"conductor solve: nothing serves {on_nats}conductor.solve (no executor is running: `conductor serve all`)"
+    )
+    assert main(["solve", "What is 2+2?", "--detach"]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert "does not exist (no executor started with this subject prefix" in err

@@ -9,6 +9,7 @@ import pytest
 from conductor.app.runtime import create_services, running
 from conductor.natsserver import NatsServer, free_port
 from conductor.probes import ProbeServer
+from conductor.service import StartupError
 from conductor.settings import CommonSettings, metrics_port
 from tests.conductor.scrape import http_get, wait_status
 
@@ -38,7 +39,7 @@ async def test_default_port_falls_back_when_taken_but_a_chosen_port_is_strict():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(OSError):
+        with pytest.raises(StartupError, match=f"METRICS_PORT={port}: 127.0.0.1:{port} is already in use"):
             await ProbeServer("127.0.0.1", port, lambda: True, strict=True).start()
         lenient = ProbeServer("127.0.0.1", port, lambda: True, strict=False)
         bound = await lenient.start()

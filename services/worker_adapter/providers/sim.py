@@ -55,7 +55,7 @@ from pathlib import Path
 
 import msgspec
 
-from conductor.pool import Pool, SimSpec, WorkerSpec
+from conductor.pool import Pool, PoolError, SimSpec, WorkerSpec
 from schemas.work import ChatMessage, FaultReason
 from services.worker_adapter.provider import (
     CallParams,
@@ -140,6 +140,20 @@ class Dataset:
         if not hits:
             hits = [r for r in self.records if r.question in text]
         return max(hits, key=lambda r: len(r.question), default=None)
+
+
+def check_datasets(pool: Pool) -> None:
+    """Each sim worker's dataset can be opened: checked at start-up (a ``PoolError`` naming the worker and the path)
+    rather than failing the worker's first call; its records are read on first use, as before."""
+    for i, w in enumerate(pool.workers):
+        if w.sim is None:
+            continue
+        path = pool.resolve(w.sim.dataset)
+        try:
+            with path.open("rb"):
+                pass
+        except OSError as exc:
+            raise PoolError(f"workers[{i}] ({w.name!r}): sim dataset {path}: {exc.strerror}") from None
 
 
 def normalize(answer: str) -> str:
