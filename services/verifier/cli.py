@@ -14,6 +14,7 @@ import msgspec
 
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.verify import Outcome, Verdict, VerifyRequest
+from services.verifier import libraries
 from services.verifier.config import Settings
 from services.verifier.core import Verifier
 
@@ -81,6 +82,7 @@ async def verify_stream(stream: IO[str], out: IO[str], settings: Settings, order
 async def show_layers(settings: Settings) -> int:
     async with Verifier(settings) as verifier:
         print(verifier.sandbox.layers.describe())
+        print(libraries.describe())
         return 1 if verifier.sandbox.refusal else 0
 
 
