@@ -23,6 +23,7 @@ refer to this round's steps only (see that module).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import msgspec
@@ -165,6 +166,13 @@ def model_lines(workers: Sequence[WorkerCard]) -> str:
         f"Model {w.index} ({w.name}): {w.description}" if w.name else f"Model {w.index}: {w.description}"
         for w in workers
     )
+
+
+def view_fingerprint(workers: Sequence[WorkerCard]) -> str:
+    """``sha256:<hex>`` of the worker view as the Conductor reads it (numbering, descriptions, names when shown):
+    a policy trained on one fixed view records it in its card (schemas/learner.py ``PolicyCard.view``)."""
+    shown = [[w.index, w.description, w.name] for w in workers]
+    return "sha256:" + hashlib.sha256(msgspec.json.encode(shown)).hexdigest()
 
 
 def render_examples(examples: Sequence[FewShot] = FEW_SHOT) -> str:

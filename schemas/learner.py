@@ -79,6 +79,11 @@ class PolicyCard(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: Annotated[int, Meta(ge=1, le=32768)] = 1024
     base: Annotated[str, Meta(pattern=r"^(sha256:[0-9a-f]{64})?$", description="The base model's fingerprint.")] = ""
     trained_by: str = ""  # the run (its preset name) that made the weights, for people
+    # The one worker view it was trained on (conductor/prompt.py ``view_fingerprint``), when it was trained on one
+    # fixed view: a pointer into that numbering is all it knows, so a planner serves it on that view only and plans
+    # any other with its fallback baseline (recorded as the fallback's cause). Empty: trained on varied views.
+    view: Annotated[str, Meta(pattern=r"^(sha256:[0-9a-f]{64})?$",
+                              description="The worker view it was trained on; empty: any view.")] = ""  # fmt: skip
 
 
 class PolicyVersion(msgspec.Struct, frozen=True, kw_only=True):

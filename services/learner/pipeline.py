@@ -16,9 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from conductor.pool import Pool
+from conductor.prompt import view_fingerprint
 from schemas.learner import PolicyCard
 from services.learner import coldstart, evaluate, policy, search
 from services.learner.config import LearnerConfig
+from services.learner.episodes import view_workers
 from services.learner.export import export_adapter, load_with_adapter
 from services.learner.grpo import last_checkpoint, trainer
 from services.learner.recursion import RecursionBuffer
@@ -114,7 +117,7 @@ def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress:
             note("adapter", 0, 1, {})
             base = Path(config.output.adapter_base) if config.output.adapter_base else config.model_dir()
             figures = export_adapter(base, final, out / "adapter", rank=config.output.adapter_rank,
-                                     card=policy_card(config))  # fmt: skip
+                                     card=policy_card(config, pool))  # fmt: skip
             model = load_with_adapter(base, out / "adapter")
             tok = policy.load_tokenizer(final)
             figures["parse_rate"] = evaluate.parse_rate(model, tok, probe, pool, config, grammar)
@@ -124,11 +127,17 @@ def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress:
     return stages.done
 
 
-def policy_card(config: LearnerConfig) -> PolicyCard:
-    """How this run's policy was trained, so it is served the same way (the base fingerprint is the export's)."""
+def policy_card(config: LearnerConfig, pool: Pool) -> PolicyCard:
+    """How this run's policy was trained, so it is served the same way (the base fingerprint is the export's). A run
+    whose every prompt showed the same view (all its workers, in pool order) records that view: the policy is a
+    pointer into that numbering and is served on it only."""
     d, g = config.data, config.grpo
+    workers = view_workers(pool, d)
+    fixed = not d.shuffle_view and d.k_min >= len(workers)
+    view = view_fingerprint(pool.cards(workers)) if fixed else ""
     return PolicyCard(prompt=d.prompt_style, show_domain=d.show_domain, max_steps=d.max_steps,  # type: ignore[arg-type]
-                      temperature=g.temperature, max_tokens=g.max_completion_tokens, trained_by=config.name)  # fmt: skip
+                      temperature=g.temperature, max_tokens=g.max_completion_tokens, trained_by=config.name,
+                      view=view)  # fmt: skip
 
 
 def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import msgspec
 import structlog
 
-from conductor.prompt import policy_messages
+from conductor.prompt import policy_messages, view_fingerprint
 from conductor.workflow import WorkflowFormatError, parse_completion
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import REJECTED_TEXT_CHARS, PlanReply, PlanRequest, RejectedSample
@@ -132,6 +132,15 @@ class Planner:
         # The model policy is served as its card says (services/planner/config.py ``serving``); a pool worker
         # writing the workflow (`worker:<name>`) gets the full prompt with examples, sampled as settings say.
         card = getattr(policy, "card", None) if policy is self.policy else None
+        if card is not None and card.view and view_fingerprint(req.workers) != card.view:
+            # Trained on one fixed view, the policy is a pointer into that numbering: any other view (a restricted
+            # pool, another pool file) is planned by the fallback baseline, and the record says why.
+            message = (
+                f"{policy.name} was trained on one worker view ({card.view[:19]}…) and this request shows another "
+                f"({len(req.workers)} workers); its card serves it on its own view only"
+            )
+            info = ErrorInfo(code=ErrorCode.PLANNER_ERROR, message=message, retryable=False)
+            return self._fallback(req, PlanReply(policy=policy.name, error=info), backend=True)
         serve = serving(self.settings, card)
         messages = policy_messages(
             req.question, req.workers, req.previous, max_steps=req.max_steps,

