@@ -17,8 +17,6 @@ from conductor.app.cli import main
 from conductor.natsserver import free_port
 from services.worker_adapter.app import create_service as worker_adapter
 
-pytestmark = pytest.mark.timeout(90)  # a check that is missing lets `serve` start, and wait for NATS forever
-
 DEMO_POOL = resources.files("conductor.data").joinpath("demo_pool.toml").read_text(encoding="utf-8")
 KEYED_POOL = """
 [[workers]]
@@ -47,6 +45,9 @@ def env(monkeypatch):
                  "CONDUCTOR_ALLOW_MISSING_KEYS"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NATS_URL", f"nats://127.0.0.1:{free_port()}")  # never reached: the checks come first
+    # Were a check missing, `serve` would go on to connect and wait for NATS for ever, in the test's own process;
+    # a credentials file that does not exist stops it there instead (the checks come before any connection).
+    monkeypatch.setenv("CONDUCTOR_NATS_CREDENTIALS", "/nonexistent/conductor-credentials")
     return monkeypatch
 
 
