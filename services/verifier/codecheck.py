@@ -371,8 +371,18 @@ NETWORK_DOWN = re.compile(
 )
 
 
+# Data a library loads at run time and the environment lacks (NLTK's corpora come from its downloader, never from
+# PyPI): the task's environment again, named, never a score.
+MISSING_DATA = re.compile(r"Resource '?([\w./-]+)'? not found\.\s+Please use the NLTK Downloader")
+
+
 def needs_network(results: dict[str, str]) -> str | None:
     return next((v for v in results.values() if v != "pass" and NETWORK_DOWN.search(v)), None)
+
+
+def missing_data(results: dict[str, str]) -> str | None:
+    found = next((m for v in results.values() if v != "pass" and (m := MISSING_DATA.search(v))), None)
+    return found.group(1) if found else None
 
 
 async def check_unittest(sb: Sandbox, code: str, ref: UnittestReference, timeout: float) -> CodeResult:
@@ -413,6 +423,11 @@ async def check_unittest(sb: Sandbox, code: str, ref: UnittestReference, timeout
     if offline:
         reason = f"the task needs the network, which the sandbox does not give: {offline}"
         info = ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message=reason, field="reference.test")
+        return CodeResult(outcome=Outcome.ERROR, reason=reason, total=len(expected), error=info)
+    data = missing_data(results) if passed < len(expected) else None
+    if data:
+        reason = f"the task needs NLTK data that is not installed here: {data} (nltk.download({data!r}))"
+        info = ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message=reason, field="reference.libs")
         return CodeResult(outcome=Outcome.ERROR, reason=reason, total=len(expected), error=info)
     if "<load>" in results:
         return verdict(0, len(expected), f"program failed to load: {results['<load>']}")

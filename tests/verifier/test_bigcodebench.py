@@ -218,7 +218,15 @@ async def test_bad_records_get_typed_verdicts_and_never_sink_the_batch(verifier:
         ),
         libs=[],
     )
+    corpus = UnittestReference(  # what nltk raises for a corpus its downloader never fetched
+        test=SMALL.test.replace(
+            "self.assertEqual(task_func(2), 4)",
+            "raise LookupError(\"\\n****\\n  Resource 'stopwords' not found.\\n  Please use the NLTK Downloader\")",
+        ),
+        libs=[],
+    )
     requests = [
+        unittest_request("corpus", "def task_func(x):\n    return x * 2\n", corpus),
         unittest_request("syntax", "def task_func(x):\n    return x * 2\n", broken_test),
         unittest_request("empty", "def task_func(x):\n", SMALL),
         unittest_request("missing", "def task_func(x):\n    return x * 2\n", missing),
@@ -236,6 +244,8 @@ async def test_bad_records_get_typed_verdicts_and_never_sink_the_batch(verifier:
     )
     assert verdicts["network"].outcome is Outcome.ERROR and "network" in verdicts["network"].reason
     assert verdicts["hang"].outcome is Outcome.INCORRECT and "time limit" in verdicts["hang"].reason
+    assert verdicts["corpus"].outcome is Outcome.ERROR and "NLTK data" in verdicts["corpus"].reason
+    assert "stopwords" in verdicts["corpus"].reason
     assert verdicts["good"].outcome is Outcome.CORRECT, verdicts["good"].reason
 
 

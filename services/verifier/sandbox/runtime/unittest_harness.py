@@ -30,6 +30,7 @@ import builtins
 import functools
 import gc
 import json
+import operator
 import os
 import signal
 import sys
@@ -163,8 +164,12 @@ def make_audit_hook():
     busy = [False]
 
     def audit(event: str, args: tuple) -> None:
-        if busy[0]:
+        if busy[0] or event == "builtins.id":
             return
+        if event == "object.__getattr__" and (
+            args[1] not in FRAME_ATTRS or _getframe(1).f_code.co_filename in JUDGE_FILES
+        ):
+            return  # the commonest event by far: the judge's own snapshots read every function's ``__code__``
         if event in ALWAYS_BLOCKED:
             raise PermissionError(f"{event} is not allowed while tests run")
         if event == "ctypes.dlsym" and str(args[1]).startswith(("Py", "_Py")):
@@ -228,6 +233,10 @@ STRICT_LABELS = (
     "the test class",
     "the test module",
 )
+# Of those, where functions are also compared by content (their code object and bytecode): the assertions the
+# tests call and the judge itself. Elsewhere a function's code cannot be swapped while candidate code runs (the
+# audit hook refuses the write), and reading ``__code__`` is itself an audited event the hook pays for.
+CONTENT_LABELS = ("unittest.case", "frames", "values", "provenance", __name__, "the running test", "the test")
 
 
 class Snapshot:
@@ -256,21 +265,22 @@ class Snapshot:
         self.test_mocks = frozenset(TEST_MOCKS) if watch_mocks else None
 
     def _add(self, label: str, read: Callable[[], dict]) -> None:
-        mapping = read()  # kept: holding the objects keeps their ids unique until the comparison
+        mapping = read()  # kept: holding the objects keeps their identities unique until the comparison
         strict = label.startswith(STRICT_LABELS)
-        ids = {k: _ident(v) for k, v in mapping.items()} if strict else {}
-        self.parts.append(
-            (label, read, mapping, ids, strict, tuple(mapping), list(map(id, mapping.values())))
-        )
+        ident = _ident if label.startswith(CONTENT_LABELS) else _held
+        idents = {k: ident(v) for k, v in mapping.items()} if strict else {}
+        self.parts.append((label, read, mapping, idents, strict, tuple(mapping), list(mapping.values())))
 
     def diff(self) -> str | None:
-        for label, read, before, ids, strict, keys, identities in self.parts:
+        # Identity by ``is``, never ``id()``: ``id`` is an audited event in 3.11, and the audit hook would run for
+        # each of the thousands of names every guarded call compares (30 ms a call instead of 5).
+        for label, read, before, idents, strict, keys, held in self.parts:
             mapping = read()
             if not strict:
                 # The libraries the tests name, by identity only (every guarded call pays for this, so it is the
                 # fast path: thousands of names). Code swapped inside a library function is refused by the audit
                 # hook; the judge's own namespaces below also compare functions by content.
-                if tuple(mapping) == keys and list(map(id, mapping.values())) == identities:
+                if tuple(mapping) == keys and all(map(operator.is_, mapping.values(), held)):
                     continue
                 for key, value in before.items():
                     if key in mapping and mapping[key] is value:
@@ -279,12 +289,10 @@ class Snapshot:
                         continue  # library caches filled lazily (``_opener``, ``_cache = None`` -> value)
                     return f"{label}.{key} was {'removed' if key not in mapping else 'changed'}"
                 continue
-            now = {k: _ident(v) for k, v in mapping.items()}
-            if now == ids:
-                continue
-            for key, ident in ids.items():
-                if now.get(key) != ident:
-                    return f"{label}.{key} was {'removed' if key not in now else 'changed'}"
+            ident = _ident if label.startswith(CONTENT_LABELS) else _held
+            for key, then in idents.items():
+                if key not in mapping or not _same(ident(mapping[key]), then):
+                    return f"{label}.{key} was {'removed' if key not in mapping else 'changed'}"
         if self.test_mocks is not None and frozenset(TEST_MOCKS) != self.test_mocks:
             return "the registry of the test's mocks was changed"
         if _signal_state() != self.signals:
@@ -306,13 +314,25 @@ class Snapshot:
         return None
 
 
-def _ident(value: object) -> object:
-    """Identity, and for functions their content too: a method rewritten in place (its code object swapped, or
+def _ident(value: object) -> tuple:
+    """The object, and for functions their content too: a method rewritten in place (its code object swapped, or
     its code pointer overwritten in memory) keeps its identity but not its code."""
     if type(value) is types.FunctionType:
         code = value.__code__
-        return (id(value), id(code), code.co_code, id(value.__defaults__), id(value.__kwdefaults__))
-    return id(value)
+        return (value, code, code.co_code, value.__defaults__, value.__kwdefaults__)
+    return (value,)
+
+
+def _held(value: object) -> tuple:
+    return (value,)
+
+
+def _same(now: tuple, then: tuple) -> bool:
+    if len(now) != len(then) or now[0] is not then[0]:
+        return False
+    return len(now) == 1 or (
+        now[1] is then[1] and now[2] == then[2] and now[3] is then[3] and now[4] is then[4]
+    )
 
 
 def _namespace(obj: object) -> dict:
