@@ -127,7 +127,9 @@ def assert_agreement(rows: list[tuple[str, str, bool, Verdict]], canonical_share
             assert not load_failure(verdict), (tid, kind, verdict.reason)
 
 
-async def test_real_data_science_records_are_judged_as_bigcodebench_judges_them(bcb_verifier: Verifier) -> None:
+async def test_real_data_science_records_are_judged_as_bigcodebench_judges_them(
+    bcb_verifier: Verifier,
+) -> None:
     rows = await judge_both_ways(bcb_verifier, sample_records(DATA_SCIENCE))
     regressed = [tid for tid, kind, passed, _ in rows if kind == "canonical" and not passed]
     assert not regressed, f"BigCodeBench's own way fails {regressed}: the reference environment regressed"
