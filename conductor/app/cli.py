@@ -28,17 +28,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         env["CONDUCTOR_POOL"] = args.pool
     try:
         names = service_names(args.service)
+        which = None
         if "planner" in names:  # the trained Conductor by default, where it can run and knows the pool
             from services.planner.config import trained_default
 
             env, which = trained_default(env)
-            print(f"conductor serve: {which}", file=sys.stderr)
         process = ProcessSettings.from_env(env)
         loop_kind = loop_name(process)
         services = create_services(names, env)  # every setting checked before anything starts
     except (UnknownServiceError, SettingsError, KeysFileError) as exc:
         print(f"conductor serve: {exc}", file=sys.stderr)
         return 2
+    if which is not None:  # said once the checks passed: a refusal stays one line
+        print(f"conductor serve: {which}", file=sys.stderr)
     server = None
     if args.embedded_nats and not reachable(CommonSettings.from_env(env).nats_url):
         prefix = CommonSettings.from_env(env).subject_prefix

@@ -100,7 +100,9 @@ def test_an_unreachable_policy_endpoint_stops_serve_at_start(nats_url, subject_p
                                   "CONDUCTOR_POLICY": "openai:smol", "CONDUCTOR_POLICY_BASE_URL": url})  # fmt: skip
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
-    assert _one_line(err).startswith(
+    said, refused = err.strip().splitlines()  # which Conductor serves (said as it starts), then why it cannot
+    assert said == "conductor serve: Conductor: openai:smol (CONDUCTOR_POLICY)" and "Traceback" not in err
+    assert refused.startswith(
         f"conductor serve: CONDUCTOR_POLICY=openai:smol: the policy endpoint {url}/ is unreachable (APIConnectionError"
     )
 
