@@ -21,7 +21,7 @@ from pathlib import Path
 import nats.errors
 import nats.js.errors
 
-from conductor.client import ConductorClient, ResultNotReadyError, SolveTimeoutError
+from conductor.client import ConductorClient, NoExecutorError, ResultNotReadyError, SolveTimeoutError
 from evaluation import records
 from evaluation.datasets import Problem
 from evaluation.errors import ServiceUnreachableError
@@ -155,7 +155,7 @@ class Runner:
                 return await self.client.solve(req, timeout=timeout)
             task = await self.client.submit(req)
             return await self.client.result(task, wait=timeout)
-        except nats.errors.NoRespondersError as exc:
+        except (nats.errors.NoRespondersError, NoExecutorError) as exc:
             raise ServiceUnreachableError(
                 f"nothing serves {self.client.settings.subject('conductor.solve')} on {self.client.settings.nats_url}:"
                 " start them (`conductor serve all`), or pass --embedded to run NATS and the services in this process"

@@ -44,7 +44,7 @@ DATA_SCIENCE = [
     "BigCodeBench/55",  # pandas imported by the program alone (numpy's ctypes import under candidate code)
     "BigCodeBench/57",  # seaborn heatmap (defaults written at import)
     "BigCodeBench/62",  # seaborn histplot, returns nothing
-    "BigCodeBench/169",  # scipy + pyplot imported by the program alone
+    "BigCodeBench/267",  # numpy, scipy and pyplot imported by the program alone
 ]
 
 

@@ -654,13 +654,14 @@ def _run_armed(program: str, test: str, judge: Judge, entry_point: str) -> dict[
         if not name.startswith("__") and name not in candidate_ns:
             candidate_ns[name] = obj
     judge.extra.append(("the test module", lambda: test_ns))
+    own = defined_classes(test)
     cases = [
         obj
         for name, obj in test_ns.items()
-        if _is_class(obj)
+        if name in own
+        and _is_class(obj)
         and issubclass(obj, TestCase)
         and given.get(name) is not obj  # defined by the test itself, not a class the program handed over
-        and name in defined_classes(test)
     ]
     recorder = Recorder(judge)
     loader = TestLoader()
