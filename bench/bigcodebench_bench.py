@@ -32,7 +32,8 @@ from evaluation.bigcodebench import (
     run_reference,
     solution,
 )
-from schemas.verify import Outcome, UnittestReference, VerifyRequest
+from evaluation.datasets import bigcodebench_reference
+from schemas.verify import Outcome, VerifyRequest
 from services.verifier.config import Settings
 from services.verifier.core import Verifier
 
@@ -50,25 +51,14 @@ def programs(record: dict, only: set[str]) -> list[tuple[str, str]]:
     return [(kind, made[kind]) for kind in KINDS if kind in only]
 
 
-def reference_of(record: dict) -> UnittestReference:
-    import ast
-
-    libs = record.get("libs") or []
-    libs = ast.literal_eval(libs) if isinstance(libs, str) else list(libs)
-    return UnittestReference(
-        test=str(record["test"]),
-        entry_point=str(record.get("entry_point") or "task_func"),
-        code_prompt=str(record["code_prompt"]),
-        libs=[str(lib) for lib in libs],
-    )
-
-
 async def through_verifier(items: list[tuple[str, str, dict, str]]) -> tuple[dict, float]:
     settings = Settings.from_env()
     async with Verifier(settings) as verifier:
         print(f"sandbox: {verifier.sandbox.layers.describe()}", file=sys.stderr)
         requests = [
-            VerifyRequest(id=f"{tid}|{kind}", response=f"```python\n{prog}\n```", reference=reference_of(rec))
+            VerifyRequest(
+                id=f"{tid}|{kind}", response=f"```python\n{prog}\n```", reference=bigcodebench_reference(rec)
+            )
             for tid, kind, rec, prog in items
         ]
         start = time.perf_counter()
@@ -119,7 +109,9 @@ def main() -> int:
                 row["reference_seconds"],
                 row["peak_rss_mb"],
             )
-    reference = {f"{tid}|{kind}": cached[f"{tid}|{kind}"] for tid, kind, _, _ in items if f"{tid}|{kind}" in cached}
+    reference = {
+        f"{tid}|{kind}": cached[f"{tid}|{kind}"] for tid, kind, _, _ in items if f"{tid}|{kind}" in cached
+    }
     todo = [(tid, kind, rec, prog) for tid, kind, rec, prog in items if f"{tid}|{kind}" not in reference]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         runs = pool.map(lambda item: run_reference(item[3], str(item[2]["test"]), args.timeout), todo)

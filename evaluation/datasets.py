@@ -325,29 +325,32 @@ def _lcb_problem(row: dict, qid: str, public_only: bool) -> Problem:
 
 
 # ---- BigCodeBench and HumanEval -----------------------------------------------------------------------------------
+def bigcodebench_reference(row: dict) -> UnittestReference:
+    """One released BigCodeBench record's test, entry point, code prompt and libraries (``libs`` is a string
+    holding a Python list in the release)."""
+    libs = row.get("libs") or []
+    libs = ast.literal_eval(libs) if isinstance(libs, str) else list(libs)
+    return UnittestReference(
+        test=str(_field(row, "test")),
+        entry_point=str(row.get("entry_point") or "task_func"),
+        code_prompt=str(_field(row, "code_prompt", "complete_prompt")),
+        libs=[str(lib) for lib in libs],
+    )
+
+
 def load_bigcodebench(
     path: str | Path, prompt: str = "complete_prompt", benchmark: str = "bigcodebench"
 ) -> list[Problem]:
-    problems = []
-    for row in read_rows(path):
-        libs = row.get("libs") or []
-        libs = ast.literal_eval(libs) if isinstance(libs, str) else list(libs)
-        reference = UnittestReference(
-            test=str(_field(row, "test")),
-            entry_point=str(row.get("entry_point") or "task_func"),
-            code_prompt=str(_field(row, "code_prompt", "complete_prompt")),
-            libs=[str(lib) for lib in libs],
+    return [
+        Problem(
+            id=str(_field(row, "task_id")),
+            benchmark=benchmark,
+            question=str(_field(row, prompt)),
+            reference=bigcodebench_reference(row),
+            domain="code",
         )
-        problems.append(
-            Problem(
-                id=str(_field(row, "task_id")),
-                benchmark=benchmark,
-                question=str(_field(row, prompt)),
-                reference=reference,
-                domain="code",
-            )
-        )
-    return problems
+        for row in read_rows(path)
+    ]
 
 
 def humaneval_path() -> Path:

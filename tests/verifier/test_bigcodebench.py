@@ -9,7 +9,6 @@ and asserts the issue's targets. The hostile programs stay in test_suite_fooling
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 
 import pytest
@@ -23,7 +22,7 @@ from evaluation.bigcodebench import (
     run_reference,
     solution,
 )
-from evaluation.datasets import load_bigcodebench
+from evaluation.datasets import bigcodebench_reference
 from schemas.errors import ErrorCode
 from schemas.verify import Outcome, UnittestReference, Verdict, VerifyRequest
 from services.verifier import libraries
@@ -74,21 +73,6 @@ def sample_records(ids: list[str] | None = None) -> list[dict]:
     return [by_id[i] for i in ids]
 
 
-def reference_of(record: dict) -> UnittestReference:
-    (problem,) = [p for p in load_bigcodebench_records([record])]
-    assert isinstance(problem.reference, UnittestReference)
-    return problem.reference
-
-
-def load_bigcodebench_records(records: list[dict]):
-    """The eval's own loader (evaluation/datasets.py) over in-memory records, through a temporary JSONL file."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
-        fh.write("".join(json.dumps(r) + "\n" for r in records))
-    return load_bigcodebench(fh.name)
-
-
 async def judge_both_ways(verifier: Verifier, records: list[dict]) -> list[tuple[str, str, bool, Verdict]]:
     """(task id, kind, passed BigCodeBench's way, our verdict) for the canonical solution and both mutants."""
     items = []
@@ -104,7 +88,8 @@ async def judge_both_ways(verifier: Verifier, records: list[dict]) -> list[tuple
         run_reference(prog, str(rec["test"])) for rec, _, prog in items
     ]  # one at a time, as BCB does
     requests = [
-        unittest_request(f"{rec['task_id']}|{kind}", prog, reference_of(rec)) for rec, kind, prog in items
+        unittest_request(f"{rec['task_id']}|{kind}", prog, bigcodebench_reference(rec))
+        for rec, kind, prog in items
     ]
     verdicts = {v.id: v for v in await verifier.verify_batch(requests)}
     return [
