@@ -55,6 +55,10 @@ class ModelSection(_Section):
     lora: LoraSection | None = None  # None: full fine-tuning
     tiny_layers: Positive = 2
     tiny_hidden: Positive = 96
+    # A LoRA adapter on the base (an exported policy directory, e.g. conductor/data/policies/smollm2-route) to
+    # start from: merged into the base once, before the first stage, as ``start-model/`` under output.dir. The
+    # run's own adapter is still exported against the base (output.adapter_base), so it carries both trainings.
+    adapter: str = ""
     seed: int = 0
 
 
@@ -71,6 +75,9 @@ class DataSection(_Section):
     k_min: Positive = 1
     k_max: Positive = 5
     shuffle_view: bool = True  # renumber in a random order, so an ordinal carries no fixed meaning
+    # The share of views that show the whole pool in pool order (the view `conductor eval` shows by default), the
+    # rest drawn as above: a curriculum from the fixed view a policy learned first to adaptive views (issue 18).
+    full_view_fraction: Fraction = 0.0
     few_shot: bool = True  # conductor/prompt.py FEW_SHOT in the system prompt (long: ~1,500 tokens)
     # The system turn (the rules). Without it the prompt is the user turn only (conductor/prompt.py style "task"):
     # for a model trained from scratch (the tiny test model cannot read them) or a small one trained on CPU, where
@@ -118,6 +125,10 @@ class ColdStartSection(_Section):
     search_prior: Annotated[float, Meta(ge=0)] = 8.0  # pseudo-draws of the candidate's domain mean (shrinkage)
     search_cost_weight: Annotated[float, Meta(ge=0)] = 60.0  # value = shrunk mean reward - weight x mean $
     search_epochs: PositiveFloat = 2.0
+    # The rows' reasoning: "Model 1 (the model tuned for ...) fits it best" (``ordinal_first``, the fixed-view
+    # recipe) or "The model tuned for ... is Model 1" (``fit_first``: the worker's description is written before
+    # its number, so on a view that numbers workers differently the number is read off the prompt, not recalled).
+    search_reasoning: Literal["ordinal_first", "fit_first"] = "ordinal_first"
 
 
 class GrpoSection(_Section):
@@ -272,5 +283,7 @@ def check(config: LearnerConfig) -> None:
         config.generation.vllm_server_base_url
     ):
         raise ConfigError("generation.vllm_server_base_url is required when vllm_mode = 'server'")
+    if config.model.adapter and config.model.source == "tiny":
+        raise ConfigError("model.adapter applies to a pretrained base (source smollm2 or path), not a tiny model")
     if config.model.source == "path" and not config.model.path:
         raise ConfigError("model.path is required when model.source = 'path'")

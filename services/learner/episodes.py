@@ -47,8 +47,11 @@ def view_workers(pool: Pool, data: DataSection) -> list[WorkerSpec]:
 
 
 def sample_view(workers: Sequence[WorkerSpec], rng: random.Random, data: DataSection) -> list[str]:
-    """A random k-subset (k uniform in [k_min, min(k_max, n)]), shuffled when ``data.shuffle_view``; names."""
+    """A random k-subset (k uniform in [k_min, min(k_max, n)]), shuffled when ``data.shuffle_view``; names. A
+    ``data.full_view_fraction`` of views are the whole pool in pool order instead."""
     n = len(workers)
+    if data.full_view_fraction and rng.random() < data.full_view_fraction:
+        return [w.name for w in workers]
     k = rng.randint(min(data.k_min, n), min(data.k_max, n))
     if data.shuffle_view:
         chosen = rng.sample(list(workers), k)

@@ -27,7 +27,23 @@ def prepare_base(config: LearnerConfig, questions: Sequence[Any]) -> Path:
     if config.model.source == "smollm2":
         from services.learner import smollm2  # the standard library only; torch when it converts
 
-        return smollm2.convert(out)
+        out = smollm2.convert(out)
+    return _with_adapter(config, out) if config.model.adapter else out
+
+
+def _with_adapter(config: LearnerConfig, base: Path) -> Path:
+    """``model.adapter`` merged into ``base`` once, as ``start-model/`` in the run's directory."""
+    from services.learner.export import load_with_adapter
+
+    adapter = Path(config.model.adapter)
+    if not (adapter / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"model.adapter: {adapter} holds no adapter_config.json (an exported policy)")
+    out = Path(config.output.dir) / "start-model"
+    if not (out / "config.json").is_file():
+        model = load_with_adapter(base, adapter)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(out))
+        load_tokenizer(base).save_pretrained(str(out))
     return out
 
 

@@ -66,11 +66,16 @@ def _fit(worker: WorkerSpec) -> str:
     return text[:1].lower() + text[1:]
 
 
-def completion(c: Candidate, domain: str, workers: Sequence[WorkerSpec]) -> str:
-    """The candidate as a completion in the one fixed shape the SFT rows use (``workers``: the view, in order)."""
+def completion(c: Candidate, domain: str, workers: Sequence[WorkerSpec], reasoning: str = "ordinal_first") -> str:
+    """The candidate as a completion in the one fixed shape the SFT rows use (``workers``: the view, in order;
+    ``reasoning``: config ``cold_start.search_reasoning``)."""
     fmt = FORMAT.get(domain, "Give the final answer.")
     first = c.ordinals[0]
-    why = f"This is {KIND.get(domain, 'a question')}. Model {first} ({_fit(workers[first])}) fits it best"
+    kind = KIND.get(domain, "a question")
+    if reasoning == "fit_first":
+        why = f"This is {kind}. The {_fit(workers[first])} is Model {first}; it fits it best"
+    else:
+        why = f"This is {kind}. Model {first} ({_fit(workers[first])}) fits it best"
     tasks, access = [f"{SOLVE} {fmt}"], [[]]
     if len(c.ordinals) == 1:
         reasoning = f"{why}, so it answers alone."
@@ -181,10 +186,11 @@ def choose(searched: Sequence[Searched], *, prior: float, cost_weight: float) ->
 
 def rows(picks: Sequence[tuple[Episode, Candidate]], pool: Pool, config: LearnerConfig) -> list[dict[str, Any]]:
     """SFT rows (prompt, completion) for the chosen candidates."""
+    style = config.cold_start.search_reasoning
     return [
         {
             "prompt": messages(ep, pool, config.data),
-            "completion": [{"role": "assistant", "content": completion(cand, ep.domain, pool.subset(ep.pool))}],
+            "completion": [{"role": "assistant", "content": completion(cand, ep.domain, pool.subset(ep.pool), style)}],
         }
         for ep, cand in picks
     ]

@@ -55,3 +55,20 @@ def test_without_rules_only_the_task_turn_remains(pool) -> None:
     cfg = config("few_shot = false\nrules = false")
     ep = first_round(problems(cfg, "train")[0], ["sim-math"])
     assert [m["role"] for m in messages(ep, pool, cfg.data)] == ["user"]
+
+
+def test_a_share_of_views_is_the_whole_pool_in_pool_order(pool) -> None:
+    cfg = config("k_min = 2\nk_max = 3\nshuffle_view = false\nfull_view_fraction = 0.25")
+    rng = random.Random(3)
+    views = [sample_view(view_workers(pool, cfg.data), rng, cfg.data) for _ in range(800)]
+    full = [v for v in views if len(v) == 5]
+    assert all(v == pool.names() for v in full)
+    assert 0.2 < len(full) / len(views) < 0.3
+    assert {len(v) for v in views} == {2, 3, 5}
+
+
+def test_an_adapter_start_needs_a_pretrained_base() -> None:
+    from services.learner.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model\.adapter"):
+        parse_config('[model]\nsource = "tiny"\nadapter = "x"\n')

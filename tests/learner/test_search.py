@@ -103,3 +103,19 @@ def test_the_preset_loads_as_a_search_only_run():
     assert config.cold_start.search and not config.cold_start.sft and config.grpo.steps == 0
     assert config.data.fresh_draws and not config.data.shuffle_view and config.data.k_min == config.data.k_max == 5
     assert msgspec.structs.asdict(config.output)["adapter_rank"] == 8
+
+
+def test_fit_first_reasoning_writes_the_description_before_the_number():
+    view = POOL.subset(["sim-frontier", "sim-knowledge", "sim-small"])  # the mcq specialist is Model 1 here
+    text = search.completion(search.Candidate("solve_check", (1, 1)), "mcq", view, "fit_first")
+    assert text.startswith("This is a multiple-choice question. The mid-size instruction model with broad factual "
+                           "knowledge is Model 1; it fits it best")  # fmt: skip
+    assert parse_completion(text, n_workers=3, max_steps=5).workflow.model_id == [1, 1]
+
+
+def test_the_views_preset_starts_from_the_shipped_policy_on_restricted_views():
+    config = load_config(PRESET.with_name("smollm2-views.toml"))
+    assert Path(config.model.adapter).name == "smollm2-route"
+    assert config.output.adapter_base == config.model.path  # exported against the original base
+    assert config.data.k_max < len(VIEW) and 0 < config.data.full_view_fraction < 1
+    assert config.cold_start.search_reasoning == "fit_first"
