@@ -178,17 +178,34 @@ def load_aime(path: str | Path, benchmark: str = "aime25") -> list[Problem]:
 
 
 # ---- multiple choice ----------------------------------------------------------------------------------------------
+def paragraphs(text: str) -> str:
+    """Runs of spaces collapsed and lines stripped, paragraph breaks kept (GPQA questions list steps on lines)."""
+    lines = [re.sub(r"[^\S\n]+", " ", line).strip() for line in str(text).replace("\r\n", "\n").split("\n")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
 def load_gpqa(path: str | Path, seed: int = 0, benchmark: str = "gpqa_diamond") -> list[Problem]:
-    """GPQA stores no letter: shuffle the four options per record under ``seed`` and remember where gold landed."""
+    """GPQA stores no letter: shuffle the four options per record under ``seed`` and remember where gold landed.
+
+    The released CSV also carries ``Pre-Revision …`` and ``Extra Revised …`` versions of each question; the
+    reference harnesses (simple-evals, the GPQA repository) use the revised ``Question`` and ``Correct Answer``,
+    and so does this. Answers are quoted cells with stray line breaks and spaces: they are collapsed to one line.
+    """
     problems = []
     for n, row in enumerate(read_rows(path)):
+        record = str(row.get("Record ID") or n)
         correct = collapse(_field(row, "Correct Answer"))
         wrong = [collapse(_field(row, f"Incorrect Answer {i}")) for i in (1, 2, 3)]
-        record = str(row.get("Record ID") or n)
         options = [correct, *wrong]
+        if not all(options):
+            raise DatasetError(f"GPQA {record}: an empty answer among {options}")
+        if len(set(options)) != 4:  # the gold letter would be ambiguous
+            raise DatasetError(f"GPQA {record}: the four answers are not distinct: {options}")
         random.Random(f"{seed}:{record}").shuffle(options)
         gold = LETTERS[options.index(correct)]
-        question = collapse(_field(row, "Question"))
+        question = paragraphs(_field(row, "Question"))
+        if not question:
+            raise DatasetError(f"GPQA {record}: empty question")
         problems.append(
             Problem(
                 id=f"{benchmark}/{record}",

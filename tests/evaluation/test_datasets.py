@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import csv
 import json
 import pickle
 import zlib
@@ -63,6 +64,29 @@ def test_gpqa_shuffle_keeps_the_gold_letter_and_is_seeded() -> None:
         assert ref.choices["ABCD".index(ref.answer)] == answer
         assert f"{ref.answer}) {answer}" in problem.question
     assert "  " not in first[0].question  # spaces collapsed
+
+
+def test_gpqa_bad_rows_are_typed_errors(tmp_path: Path) -> None:
+    """A row the gold letter cannot be trusted for stops the load: no answer, a lost column, two equal options."""
+    base = {"Record ID": "recBad0000000001", "Question": "Which is largest?", "Correct Answer": "3"}
+    base |= {"Incorrect Answer 1": "2", "Incorrect Answer 2": "1", "Incorrect Answer 3": "0"}
+    cases = {
+        "empty answer": ({**base, "Incorrect Answer 2": " \n"}, "empty answer"),
+        "missing column": (
+            {k: v for k, v in base.items() if k != "Incorrect Answer 3"},
+            "Incorrect Answer 3",
+        ),
+        "duplicate options": ({**base, "Incorrect Answer 1": "3\n"}, "not distinct"),
+        "empty question": ({**base, "Question": "\n"}, "empty question"),
+    }
+    for name, (row, message) in cases.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.csv"
+        with path.open("w", encoding="utf-8", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(row), lineterminator="\n")
+            writer.writeheader()
+            writer.writerow(row)
+        with pytest.raises(datasets.DatasetError, match=message):
+            datasets.load_gpqa(path)
 
 
 def test_mmlu_both_formats() -> None:
