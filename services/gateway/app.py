@@ -18,11 +18,13 @@ from conductor.pool import Pool, load_pool
 from conductor.service import unbound
 from schemas.tasks import Names
 from services.gateway.bus import Bus
+from services.gateway.calls import Calls
 from services.gateway.config import GatewaySettings
+from services.gateway.errors import openai_errors
 from services.gateway.keys import KeyRing
 from services.gateway.quota import Quotas
-from services.gateway.routes import Door, openai_errors, routes
-from services.gateway.stream import stream_chat
+from services.gateway.routes import metered, routes
+from services.gateway.serving import Serving
 
 log = structlog.get_logger("conductor.gateway")
 
@@ -39,16 +41,17 @@ class GatewayService:
         self.router = NatsRouter()
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
-        self.door: Door | None = None
+        self.bus: Bus | None = None
 
     async def start(self, broker: NatsBroker) -> None:
         nc = broker.connection
         quotas = None
         if self.keys is not None:
             quotas = Quotas(await _quota_bucket(nc.jetstream(), self.settings.common.subject_prefix))
-        door = self.door = Door(self.settings, self.keys, quotas, Bus(nc, self.settings.common), [w.name for w in self.pool.workers])
-        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[openai_errors])
-        app.add_routes(routes(door, stream_chat))
+        bus = self.bus = Bus(nc, self.settings.common)
+        serving = Serving(Calls(self.settings, quotas, bus), bus, [w.name for w in self.pool.workers])
+        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[metered, openai_errors])
+        app.add_routes(routes(serving, self.keys, self.settings))
         # keepalive_timeout is aiohttp's only bound on reading headers: it runs from the connection's start and
         # from the end of each response, and partial header bytes do not extend it (a slow-loris client is closed).
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True,

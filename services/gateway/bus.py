@@ -20,7 +20,7 @@ from conductor.liveness import ResponderLost
 from conductor.settings import CommonSettings
 from conductor.wire import encode
 from schemas.solve import SOLVE_SUBJECT, ProgressEvent, SolveRequest, SolveResult, progress_subject
-from services.gateway.openai_api import GatewayError
+from services.gateway.errors import GatewayError
 
 _result_dec = msgspec.json.Decoder(SolveResult)
 BEAT_S = 2.0  # the executor's beat period while a solve runs; BEAT_MISSES silent periods = the executor is gone
@@ -53,6 +53,18 @@ def pending(task_id: str) -> GatewayError:
     )
 
 
+def undecodable(exc: msgspec.DecodeError) -> GatewayError:
+    """A result the executor sent that does not decode: its fault, not the client's (never a 400)."""
+    return GatewayError(502, f"the executor's result does not decode: {exc}", kind="upstream_error", code="bad_result")
+
+
+def _decoded(data: bytes) -> SolveResult:
+    try:
+        return _result_dec.decode(data)
+    except msgspec.DecodeError as exc:
+        raise undecodable(exc) from exc
+
+
 class Bus:
     def __init__(self, nc: Client, settings: CommonSettings) -> None:
         self._nc = nc
@@ -82,7 +94,7 @@ class Bus:
             raise pending(req.task_id or "") from exc
         except nats.errors.ConnectionClosedError as exc:
             raise unavailable("the gateway lost its NATS connection") from exc
-        return _result_dec.decode(msg.data)
+        return _decoded(msg.data)
 
     async def solve_durable(self, req: SolveRequest, timeout: float) -> SolveResult:
         """Submit to the JetStream task queue (deduplicated by task id), then wait for the stored result. A client
@@ -100,6 +112,8 @@ class Bus:
             return await self._client.result(task_id, wait=wait)
         except ResultNotReadyError as exc:
             raise pending(task_id) from exc
+        except msgspec.DecodeError as exc:
+            raise undecodable(exc) from exc
 
     @contextlib.asynccontextmanager
     async def progress(self, task_id: str) -> AsyncIterator[asyncio.Queue[ProgressEvent]]:

@@ -14,6 +14,9 @@ The keys file (TOML, mounted from a Secret in a cluster) lists one table per key
 Keys are long random tokens, so a plain SHA-256 is the right hash (a slow password hash defends low-entropy
 secrets and would add milliseconds to every request). A presented key is hashed and looked up; the lookup is by
 digest, so timing reveals nothing about stored keys.
+
+``authenticate`` reads a request's ``Authorization`` header; without a keys file (anonymous access, local
+development only) every request is ``ANONYMOUS``, with no limits.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import Annotated
 
 import msgspec
+
+from services.gateway.errors import GatewayError
 
 KEY_PREFIX = "cnd-"
 _HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -43,6 +48,9 @@ class ApiKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     spend_usd_per_day: float | None = None
     max_in_flight: Annotated[int, msgspec.Meta(ge=1)] | None = None  # requests running at once, deployment-wide
     reserve_usd: Annotated[float, msgspec.Meta(gt=0)] | None = None  # held per request while it runs (its budget)
+
+
+ANONYMOUS = ApiKey(name="anonymous", sha256="0" * 64)
 
 
 class _KeysFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -83,6 +91,18 @@ class KeyRing:
 
     def lookup(self, presented: str) -> ApiKey | None:
         return self._by_digest.get(digest(presented))
+
+    def authenticate(self, authorization: str) -> ApiKey:
+        """The key an ``Authorization: Bearer <key>`` header presents, or the 401."""
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise GatewayError(401, "missing API key: send 'Authorization: Bearer <key>'", kind="invalid_request_error",
+                               code="missing_api_key")  # fmt: skip
+        token = token.strip()
+        key = self.lookup(token) if token.isascii() and token.isprintable() else None  # a key is printable ASCII
+        if key is None:
+            raise GatewayError(401, "invalid API key", kind="invalid_request_error", code="invalid_api_key")
+        return key
 
     @classmethod
     def load(cls, path: Path) -> KeyRing:

@@ -6,7 +6,7 @@ item 3): a request holds its estimate (the key's ``reserve_usd``, else the gatew
 counts against the day's limit, and the task is sent with that estimate as its budget — the executor stops paying
 for it beyond the hold — so whatever the concurrency, a key's spend stays under its limit plus at most one call in
 flight per request. The hold is settled with what the task really cost, also when the client hung up
-(``Door.start``). Holds expire after the longest a request may run, so a gateway that died holding one
+(services/gateway/calls.py). Holds expire after the longest a request may run, so a gateway that died holding one
 frees it. The number of holds is the key's requests in flight, bounded by ``max_in_flight``. A key with no limits
 costs no KV round trip at all.
 """
@@ -24,8 +24,8 @@ import nats.js.errors as js_errors
 from nats.js.kv import KeyValue
 
 from services.gateway.bus import store_refused
+from services.gateway.errors import GatewayError
 from services.gateway.keys import ApiKey
-from services.gateway.openai_api import GatewayError
 
 CAS_TRIES = 50
 WRONG_LAST_SEQUENCE = (10071, 10164)

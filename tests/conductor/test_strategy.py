@@ -10,7 +10,9 @@ from conductor.app.cli import _strategy
 from conductor.strategy import GRAMMAR, MOA_PROPOSERS, StrategyError, parse_strategy
 from evaluation.errors import UnknownStrategyError
 from evaluation.strategies import parse_strategies
-from services.gateway.openai_api import ChatCompletionRequest, ChatMessageIn, GatewayError, solve_request
+from services.gateway.errors import GatewayError
+from services.gateway.protocol import ChatCompletionRequest, ChatMessageIn
+from services.gateway.translation import solve_request
 from services.planner.baselines import parse_baseline, plan_baseline
 
 POOL = ["sim-frontier", "sim-math", "sim-knowledge", "sim-coder", "sim-small"]

@@ -217,7 +217,7 @@ async def test_client_disconnect_mid_task_is_still_charged(nats_url, subject_pre
             await asyncio.sleep(0.1)
         assert counter("conductor_tasks_total") == tasks_before + 1
         assert counter("conductor_gateway_worker_calls_total", key="open") - calls_before == 3  # refine:3, all paid
-        assert gw.service.door.bus.pending() == 0
+        assert gw.service.bus.pending() == 0
         if stream:
             assert counter("conductor_gateway_client_disconnects_total", key="open") >= 1
         else:  # issue 19, item 7: a hang-up is counted as such (499), not as a server error

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from services.gateway.errors import GatewayError
 from services.gateway.keys import KeyRing, KeysFileError, entry_toml, new_key
-from services.gateway.openai_api import GatewayError
 from services.gateway.quota import KeyLoad, admit_load, charge_load
 
 

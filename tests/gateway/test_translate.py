@@ -8,16 +8,9 @@ import pytest
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import RoundRecord, SolveResult, StepRecord
 from schemas.usage import Usage, UsageSummary
-from services.gateway.openai_api import (
-    ChatCompletionRequest,
-    GatewayError,
-    answer_pieces,
-    completion_body,
-    error_from,
-    question_of,
-    solve_request,
-    strategy_for,
-)
+from services.gateway.errors import GatewayError, error_from
+from services.gateway.protocol import ChatCompletionRequest
+from services.gateway.translation import answer_pieces, completion, question_of, solve_request, strategy_for
 
 WORKERS = ["sim-frontier", "sim-math"]
 
@@ -108,7 +101,7 @@ def test_completion_body_carries_usage_dollars_and_calls():
         workflows=[RoundRecord(round=0, policy="moa", steps=[StepRecord(index=0, model_id=0, worker="sim-math", subtask="s", access=[])])],
         usage=UsageSummary(total=Usage(input_tokens=10, output_tokens=5, cost_usd=0.25, calls=2)),
     )
-    body = completion_body(result, "conductor", created=7)
+    body = msgspec.to_builtins(completion(result, "conductor", created=7))
     assert body["choices"][0]["message"]["content"] == "4"
     assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "cost_usd": 0.25, "calls": 2}
     assert body["conductor"]["workers"] == ["sim-math"]

@@ -1,4 +1,5 @@
-"""OpenAI chat-completions on the wire, translated to and from the solve API: pure functions, no I/O.
+"""OpenAI chat-completions (services/gateway/protocol.py) translated to and from the solve API: pure functions,
+no I/O.
 
 What a client sends is OpenAI's request body; the Conductor-only options (pool, recursion rounds, budget, domain,
 durable, progress) ride in the same body as extra top-level fields, which is where the OpenAI SDKs put
@@ -9,89 +10,35 @@ cannot honour (several choices, tool calls, forced JSON) are refused with a 400 
 
 from __future__ import annotations
 
-import time
-from typing import Literal
+from collections.abc import Iterator
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from conductor.strategy import StrategyError, parse_strategy
 from schemas.errors import ErrorCode, ErrorInfo
-from schemas.solve import Budget, SolveRequest, SolveResult
+from schemas.solve import ProgressEvent, SolveRequest, SolveResult
 from schemas.usage import Usage
+from services.gateway.errors import GatewayError, bad_request, error_from
+from services.gateway.protocol import (
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionStreamChoice,
+    ChatMessage,
+    ChatMessageIn,
+    ConductorInfo,
+    DeltaMessage,
+    FinishReason,
+    ModelCard,
+    ProgressInfo,
+    UsageInfo,
+)
 
 CONDUCTOR_MODEL = "conductor"
 BASELINE_MODELS = ("moa", "refine:5", "consensus:5")
 """Advertised by ``GET /v1/models``; any name of the strategy grammar is accepted (``refine:3``, ``moa:4+r1``...)."""
-
-
-class ContentPart(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
-    text: str | None = None
-
-
-class ChatMessageIn(msgspec.Struct, frozen=True, kw_only=True):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-
-
-class StreamOptions(msgspec.Struct, frozen=True, kw_only=True):
-    include_usage: bool = False
-
-
-class ResponseFormat(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
-
-
-class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """Only read to refuse it: the Conductor does not make tool calls."""
-
-    type: str = "function"
-
-
-class ChatCompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """The subset of OpenAI's body the gateway reads; unknown fields are ignored, as OpenAI-compatible servers do."""
-
-    model: str
-    messages: list[ChatMessageIn]
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    n: int = 1
-    tools: list[ToolSpec] | None = None
-    functions: list[ToolSpec] | None = None
-    response_format: ResponseFormat | None = None
-    user: str | None = None
-    # Conductor options (extra_body)
-    pool: list[str] | None = None
-    max_rounds: int = 0
-    max_steps: int | None = None
-    budget: Budget | None = None
-    domain: str | None = None
-    cache: bool = False
-    durable: bool = False
-    conductor_progress: bool = False  # stream progress events as extra chunks (choices: [], a `conductor` field)
-
-
-class GatewayError(Exception):
-    """A request the gateway refuses, with its HTTP status and OpenAI error fields."""
-
-    def __init__(
-        self, status: int, message: str, *, kind: str, code: str, param: str | None = None, retry_after: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-        self.code = code
-        self.param = param
-        self.retry_after = retry_after
-
-    def body(self) -> dict[str, object]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
-
-
-def bad_request(message: str, param: str | None = None, code: str = "invalid_request") -> GatewayError:
-    return GatewayError(400, message, kind="invalid_request_error", code=code, param=param)
 
 
 class Strategy(msgspec.Struct, frozen=True, kw_only=True):
@@ -199,95 +146,92 @@ def solve_request(req: ChatCompletionRequest, worker_names: list[str], task_id: 
     )
 
 
-_STATUS: dict[ErrorCode, tuple[int, str]] = {
-    ErrorCode.BAD_REQUEST: (400, "invalid_request_error"),
-    ErrorCode.PAYLOAD_TOO_LARGE: (413, "invalid_request_error"),
-    ErrorCode.BUDGET_EXCEEDED: (422, "budget_exceeded"),
-    ErrorCode.UNAVAILABLE: (503, "service_unavailable"),
-    ErrorCode.TIMEOUT: (503, "service_unavailable"),
-    ErrorCode.WORKER_ERROR: (502, "upstream_error"),
-    ErrorCode.PLANNER_ERROR: (502, "upstream_error"),
-    ErrorCode.FORMAT_ERROR: (502, "upstream_error"),
-    ErrorCode.VERIFIER_ERROR: (502, "upstream_error"),
-    ErrorCode.SKIPPED: (502, "upstream_error"),
-    ErrorCode.INTERNAL: (500, "server_error"),
-}
-RETRY_AFTER_S = 1
+NO_ANSWER = ErrorInfo(code=ErrorCode.INTERNAL, message="the task ended without an answer")
 
 
-def error_from(info: ErrorInfo) -> GatewayError:
-    """A solve API error as an HTTP error; retryable ones are 503 with Retry-After (the SDKs retry those)."""
-    status, kind = _STATUS.get(info.code, (500, "server_error"))
-    if info.retryable and status < 500:
-        status, kind = 503, "service_unavailable"
-    return GatewayError(
-        status,
-        info.message,
-        kind=kind,
-        code=str(info.code),
-        param=info.field,
-        retry_after=RETRY_AFTER_S if status == 503 else None,
+def answer_of(result: SolveResult) -> str:
+    """The task's answer, or its error as the one a client is sent."""
+    if result.answer is None:
+        raise error_from(result.error or NO_ANSWER)
+    return result.answer
+
+
+def usage_info(usage: Usage) -> UsageInfo:
+    return UsageInfo(
+        prompt_tokens=usage.input_tokens,
+        completion_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+        cost_usd=round(usage.cost_usd, 8),
+        calls=usage.calls,
     )
 
 
-def usage_body(usage: Usage) -> dict[str, object]:
-    """OpenAI's usage fields plus the Conductor's dollars and worker calls (extra keys the SDKs keep)."""
-    return {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-        "cost_usd": round(usage.cost_usd, 8),
-        "calls": usage.calls,
-    }
+def conductor_info(result: SolveResult) -> ConductorInfo:
+    return ConductorInfo(
+        task_id=result.task_id,
+        rounds=len(result.workflows),
+        steps=sum(len(r.steps) for r in result.workflows),
+        workers=[s.worker for r in result.workflows for s in r.steps],
+        latency_s=result.latency_s,
+        error=UNSET if result.error is None else result.error,
+    )
 
 
-def conductor_body(result: SolveResult) -> dict[str, object]:
-    """The Conductor's own view of the task, for clients that want it: id, steps per round, any error."""
-    body: dict[str, object] = {
-        "task_id": result.task_id,
-        "rounds": len(result.workflows),
-        "steps": sum(len(r.steps) for r in result.workflows),
-        "workers": [s.worker for r in result.workflows for s in r.steps],
-        "latency_s": result.latency_s,
-    }
-    if result.error is not None:
-        body["error"] = msgspec.to_builtins(result.error)
-    return body
-
-
-def finish_reason(result: SolveResult) -> str:
+def finish_reason(result: SolveResult) -> FinishReason:
     return "length" if result.error is not None and result.error.code == ErrorCode.BUDGET_EXCEEDED else "stop"
 
 
-def completion_body(result: SolveResult, model: str, created: int | None = None) -> dict[str, object]:
-    """A finished task as ``chat.completion``; the caller has checked that it carries an answer."""
-    return {
-        "id": f"chatcmpl-{result.task_id}",
-        "object": "chat.completion",
-        "created": created or int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": result.answer, "refusal": None},
-                "logprobs": None,
-                "finish_reason": finish_reason(result),
-            }
+def completion(result: SolveResult, model: str, created: int) -> ChatCompletionResponse:
+    """A finished task as ``chat.completion``, or its error raised when it has no answer."""
+    return ChatCompletionResponse(
+        id=f"chatcmpl-{result.task_id}",
+        created=created,
+        model=model,
+        choices=[
+            ChatCompletionChoice(message=ChatMessage(content=answer_of(result)), finish_reason=finish_reason(result))
         ],
-        "usage": usage_body(result.usage.total),
-        "conductor": conductor_body(result),
-    }
+        usage=usage_info(result.usage.total),
+        conductor=conductor_info(result),
+    )
 
 
-def chunk(task_id: str, model: str, created: int, choices: list[dict[str, object]], **extra: object) -> dict[str, object]:
-    return {
-        "id": f"chatcmpl-{task_id}",
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": choices,
-        **extra,
-    }
+class Chunks:
+    """The chunks of one streamed task; they share its id, model and creation time."""
+
+    def __init__(self, task_id: str, model: str, created: int) -> None:
+        self.id, self.model, self.created = f"chatcmpl-{task_id}", model, created
+
+    def chunk(
+        self,
+        choices: list[ChatCompletionStreamChoice],
+        *,
+        usage: UsageInfo | UnsetType = UNSET,
+        conductor: ConductorInfo | ProgressInfo | UnsetType = UNSET,
+    ) -> ChatCompletionChunk:
+        return ChatCompletionChunk(
+            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage, conductor=conductor
+        )
+
+    def role(self) -> ChatCompletionChunk:
+        return self.chunk([ChatCompletionStreamChoice(delta=DeltaMessage(role="assistant", content=""))])
+
+    def progress(self, event: ProgressEvent) -> ChatCompletionChunk:
+        return self.chunk([], conductor=ProgressInfo(progress=event))
+
+    def result(self, result: SolveResult, include_usage: bool) -> Iterator[ChatCompletionChunk]:
+        """The answer in word-aligned pieces, then the chunk with ``finish_reason``, the Conductor's view and the
+        usage — or, with ``include_usage``, OpenAI's own shape: the usage alone in one more chunk, no choices."""
+        for piece in answer_pieces(answer_of(result)):
+            yield self.chunk([ChatCompletionStreamChoice(delta=DeltaMessage(content=piece))])
+        usage = usage_info(result.usage.total)
+        last = [ChatCompletionStreamChoice(delta=DeltaMessage(), finish_reason=finish_reason(result))]
+        yield self.chunk(last, conductor=conductor_info(result), usage=UNSET if include_usage else usage)
+        if include_usage:
+            yield self.chunk([], usage=usage)
+
+
+def model_list(workers: list[str]) -> list[ModelCard]:
+    return [ModelCard(id=i) for i in (CONDUCTOR_MODEL, *BASELINE_MODELS, *workers)]
 
 
 def answer_pieces(answer: str, size: int = 48) -> list[str]:

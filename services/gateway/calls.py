@@ -1,0 +1,120 @@
+"""A task's call from the gateway, from admission to settlement: counted against its key's limits and holding its
+spend (services/gateway/quota.py), run on the bus, and settled exactly once whatever becomes of the HTTP request
+(issue 19, item 3) — charged with what it cost when its result comes, the hold released when it fails."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+
+import msgspec
+import structlog
+
+from conductor import metrics
+from schemas.solve import Budget, SolveRequest, SolveResult
+from services.gateway.bus import Bus
+from services.gateway.config import GatewaySettings
+from services.gateway.errors import GatewayError
+from services.gateway.keys import ApiKey
+from services.gateway.quota import Hold, Quotas
+
+log = structlog.get_logger("conductor.gateway")
+
+
+class Call:
+    """One running task. Whoever waits for it waits through ``result``; the task itself is never cancelled by a
+    waiter that goes away."""
+
+    def __init__(self, key: ApiKey, task: asyncio.Task[SolveResult]) -> None:
+        self.key = key
+        self.task = task
+        self._hung_up = False
+
+    async def result(self) -> SolveResult:
+        """The task's result. A waiter cancelled here (a client that hung up) leaves the task to finish and settle."""
+        try:
+            return await asyncio.shield(self.task)
+        except asyncio.CancelledError:
+            if not self.task.done():
+                self.hang_up()
+            raise
+
+    def hang_up(self) -> None:
+        """The client went away before its answer was sent: counted once; the task runs on and is paid for."""
+        if not self._hung_up:
+            self._hung_up = True
+            metrics.GATEWAY_DISCONNECTS.labels(self.key.name).inc()
+
+
+class Calls:
+    def __init__(self, settings: GatewaySettings, quotas: Quotas | None, bus: Bus) -> None:
+        self.settings = settings
+        self.quotas = quotas
+        self.bus = bus
+        self._running: set[asyncio.Task[SolveResult]] = set()  # calls in flight, settled when they end
+
+    def task_id(self, key: ApiKey) -> str:
+        """Task ids carry a tag of the key that made them, so a key can fetch only its own durable tasks."""
+        return f"{owner_tag(key)}{uuid.uuid4().hex}"
+
+    async def admit(self, key: ApiKey, solve: SolveRequest) -> tuple[SolveRequest, Hold | None]:
+        """Count the request against the key's limits and reserve its spend (services/gateway/quota.py); the
+        request with that reservation as its budget, and the hold to settle."""
+        hold = None
+        if key.spend_usd_per_day is not None or key.max_in_flight is not None:
+            usd = key.reserve_usd or self.settings.reserve_usd
+            hold = Hold(id=uuid.uuid4().hex, usd=usd, expires=time.time() + self.settings.solve_timeout_s + 60)
+        if self.quotas is not None:
+            await self.quotas.admit(key, hold)
+        if hold is not None and key.spend_usd_per_day is not None:
+            limit = hold.usd if solve.budget is None or solve.budget.max_cost_usd is None else min(
+                hold.usd, solve.budget.max_cost_usd)  # fmt: skip
+            budget = msgspec.structs.replace(solve.budget or Budget(), max_cost_usd=limit)
+            solve = msgspec.structs.replace(solve, budget=budget)
+        return solve, hold
+
+    def start(self, key: ApiKey, solve: SolveRequest, hold: Hold | None, durable: bool) -> Call:
+        """Run the admitted task; it settles when it ends, whether or not anyone still waits for it."""
+
+        async def call() -> SolveResult:
+            run = self.bus.solve_durable if durable else self.bus.solve
+            try:
+                result = await run(solve, self.settings.solve_timeout_s)
+            except BaseException:
+                await self.settle(key, hold, None)
+                raise
+            await self.settle(key, hold, result)
+            return result
+
+        task = asyncio.create_task(call())
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return Call(key, task)
+
+    async def settle(self, key: ApiKey, hold: Hold | None, result: SolveResult | None) -> None:
+        if result is not None:
+            metrics.gateway_usage(key.name, result.usage.total)
+        if self.quotas is None:
+            return
+        cost = result.usage.total.cost_usd if result is not None else 0.0
+        try:
+            await self.quotas.charge(key, cost, hold)
+        except GatewayError as exc:  # the record stayed contended: the hold expires on its own
+            log.error("spend not settled", key=key.name, error=exc.message, cost_usd=cost)
+
+
+def owner_tag(key: ApiKey) -> str:
+    return f"gw{key.sha256[:12]}-"
+
+
+@contextlib.contextmanager
+def in_flight() -> Iterator[None]:
+    """A request waiting on its task (``conductor_gateway_in_flight``)."""
+    metrics.GATEWAY_IN_FLIGHT.inc()
+    try:
+        yield
+    finally:
+        metrics.GATEWAY_IN_FLIGHT.dec()
