@@ -51,12 +51,17 @@ class Sandbox:
         self.budget = budget.plan(settings.limits)
         self.layers = LayerReport(backend=self.backend, active={}, memory=self.budget.describe())
         self.refusal: str | None = None
-        self.scratch_dirs: list[str] = []
+        self.scratch_dirs: dict[int, str] = {}  # per slot, its current supervisor's host dir
 
     def _spawn(self, slot: int) -> Launch:
+        # A slot is respawned only once its supervisor is dead or killed: its dir can go (the sandbox root's empty
+        # mount points, or the files a non-bwrap sample left).
+        previous = self.scratch_dirs.pop(slot, None)
+        if previous:
+            shutil.rmtree(previous, ignore_errors=True)
         plan = launcher.plan(self.settings, slot, self.backend)
         if plan.scratch:
-            self.scratch_dirs.append(plan.scratch)
+            self.scratch_dirs[slot] = plan.scratch
         return Launch(argv=plan.argv, env=plan.env or None, cwd="/", data=plan.seccomp)
 
     async def start(self) -> LayerReport:
@@ -77,8 +82,9 @@ class Sandbox:
 
     async def close(self) -> None:
         await self.processes.close()
-        for path in self.scratch_dirs:
+        for path in self.scratch_dirs.values():
             shutil.rmtree(path, ignore_errors=True)
+        self.scratch_dirs.clear()
 
     def limits(self, timeout: float) -> dict:
         lim = self.settings.limits

@@ -4,6 +4,12 @@ The bubblewrap view is assembled from an empty root: system directories and the 
 runtime folder read-only at a fixed path, a private size-capped /tmp and /dev/shm, fresh /dev and /proc, and
 nothing else — not the repository, not home directories, not the dataset files. Paths that must stay invisible even
 inside the bound trees (the HumanEval data shipped in site-packages) are covered by empty tmpfs mounts.
+
+The empty root is a directory made for one sandbox on the host's root filesystem, bound on / and remounted read-only
+once bubblewrap has made its mount points in it: so ``statvfs('/')`` inside reports the host root's size and usage, as
+an unsandboxed program sees them (BigCodeBench/377 prints them), where bubblewrap's own tmpfs root reported an empty
+tmpfs. Those figures were visible already through every bound system directory; the directory itself holds only the
+empty mount points.
 """
 
 from __future__ import annotations
@@ -50,7 +56,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     argv: list[str]
     env: dict[str, str]
     runtime: str  # where the runtime folder is, as seen from inside
-    scratch: str | None = None  # a host dir made for this supervisor (non-bwrap backends), removed on close
+    scratch: str | None = (
+        None  # a host dir made for this supervisor (bwrap: holds its root), removed after it
+    )
     seccomp: bytes | None = None  # the filter program bubblewrap reads from the fd named in argv
 
 
@@ -116,9 +124,43 @@ def slot_config(settings: Settings, slot: int) -> dict:
     }
 
 
-def bwrap_argv(settings: Settings, bwrap: str) -> list[str]:
-    argv = [
-        bwrap,
+def root_parent() -> str | None:
+    """Where sandbox roots are made: a writable temporary directory, one on the host root's filesystem first (so
+    ``statvfs('/')`` inside reports that filesystem); None when there is none (a read-only container), and
+    bubblewrap's own tmpfs is the root."""
+    root_dev = os.stat("/").st_dev
+    places = ("/var/tmp", tempfile.gettempdir())
+    usable = [d for d in places if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK)]
+    usable.sort(key=lambda d: os.stat(d).st_dev != root_dev)
+    return usable[0] if usable else None
+
+
+def make_root(parent: str, slot: int) -> tuple[str, str]:
+    """A private, empty root for one sandbox: ``(holder, root)``. The holder is 0700, so no host user reaches the
+    root's mount points; the root itself is 0755, as / is, so the candidate uid can walk it inside."""
+    holder = tempfile.mkdtemp(prefix=f"conductor-sandbox-root-{slot}-", dir=parent)
+    root = os.path.join(holder, "root")
+    os.mkdir(root, 0o755)
+    os.chmod(root, 0o755)  # whatever the umask
+    return holder, root
+
+
+def system_binds() -> list[str]:
+    argv: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    return argv
+
+
+def bwrap_argv(settings: Settings, bwrap: str, root: str | None = None) -> list[str]:
+    """The bubblewrap command; ``root`` (from ``make_root``) is bound on / before any mount point is made in it, and
+    / is remounted read-only after the last one (bubblewrap's order of operations is the order of its arguments;
+    ``--remount-ro`` is not recursive, so /tmp, /dev/shm and /dev stay writable)."""
+    argv = [bwrap, *(["--bind", root, "/"] if root else [])]
+    argv += [
         "--unshare-net",
         "--unshare-pid",
         "--unshare-ipc",
@@ -130,11 +172,7 @@ def bwrap_argv(settings: Settings, bwrap: str) -> list[str]:
         "--new-session",
         "--clearenv",
     ]
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            argv += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            argv += ["--ro-bind", path, path]
+    argv += system_binds()
     size = str(settings.sandbox_tmp_mb * 1024 * 1024)
     argv += [
         "--dev",
@@ -167,7 +205,7 @@ def bwrap_argv(settings: Settings, bwrap: str) -> list[str]:
         argv += ["--ro-bind", tree, tree]
     for path in hidden_paths(settings):
         argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
-    argv += ["--ro-bind", str(RUNTIME_DIR), RUNTIME_MOUNT, "--chdir", "/tmp"]
+    argv += ["--ro-bind", str(RUNTIME_DIR), RUNTIME_MOUNT, "--remount-ro", "/", "--chdir", "/tmp"]
     for key, value in SANDBOX_ENV.items():
         argv += ["--setenv", key, value]
     if settings.sandbox_seccomp and seccomp.supported():
@@ -179,32 +217,33 @@ def bwrap_argv(settings: Settings, bwrap: str) -> list[str]:
     return argv
 
 
-@functools.cache
 def bwrap_works(bwrap: str) -> bool:
-    """One real launch with the flags we use; a container without user namespaces or mount rights fails here."""
+    return bwrap_root(bwrap) is not None
+
+
+@functools.cache
+def bwrap_root(bwrap: str) -> str | None:
+    """How the sandbox root is made here, from one real launch per way with the flags we use: "bound" (a directory on
+    the host, see ``make_root``) or "tmpfs" (bubblewrap's own, when no directory can be made or bound), or None when
+    bubblewrap does not work at all (a container without user namespaces or mount rights)."""
+    parent = root_parent()
+    for way in ("bound", "tmpfs") if parent else ("tmpfs",):
+        holder, root = make_root(parent, 0) if way == "bound" and parent else (None, None)
+        try:
+            if _launches(bwrap, root):
+                return way
+        finally:
+            if holder:
+                shutil.rmtree(holder, ignore_errors=True)
+    return None
+
+
+def _launches(bwrap: str, root: str | None) -> bool:
+    argv = [bwrap, *(["--bind", root, "/"] if root else []), "--unshare-net", "--unshare-pid"]
+    argv += [*system_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--remount-ro", "/"]
+    argv += ["--die-with-parent", "--new-session", "true"]
     try:
-        probe = subprocess.run(
-            [
-                bwrap,
-                "--unshare-net",
-                "--unshare-pid",
-                "--ro-bind",
-                "/",
-                "/",
-                "--dev",
-                "/dev",
-                "--proc",
-                "/proc",
-                "--tmpfs",
-                "/tmp",
-                "--die-with-parent",
-                "--new-session",
-                "true",
-            ],
-            capture_output=True,
-            timeout=20,
-            check=False,
-        )
+        probe = subprocess.run(argv, capture_output=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return probe.returncode == 0
@@ -240,9 +279,14 @@ def plan(settings: Settings, slot: int, backend: str) -> Plan:
     config = slot_config(settings, slot)
     if backend == "bwrap":
         config.update(scratch="/tmp", private_tmp=True, own_pidns=True)
-        argv = bwrap_argv(settings, settings.bwrap_path or "bwrap") + supervisor_argv(RUNTIME_MOUNT, config)
+        bwrap = settings.bwrap_path or "bwrap"
+        parent = root_parent() if bwrap_root(bwrap) == "bound" else None
+        holder, root = make_root(parent, slot) if parent else (None, None)
+        argv = bwrap_argv(settings, bwrap, root) + supervisor_argv(RUNTIME_MOUNT, config)
         program = seccomp.program() if DATA_FD in argv else None
-        return Plan(backend=backend, argv=argv, env={}, runtime=RUNTIME_MOUNT, seccomp=program)
+        return Plan(
+            backend=backend, argv=argv, env={}, runtime=RUNTIME_MOUNT, seccomp=program, scratch=holder
+        )
     runtime = str(RUNTIME_DIR)
     scratch = tempfile.mkdtemp(prefix=f"conductor-sandbox-{slot}-")
     os.chmod(scratch, 0o711)

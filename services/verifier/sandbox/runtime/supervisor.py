@@ -278,7 +278,9 @@ def probe(sb: Sandbox) -> dict:
     layers = {
         "netns": {n for _, n in socket.if_nameindex()} <= {"lo"},
         "pidns": sb.pidns,
-        "rofs": all(_readonly(p) for p in ("/usr", os.path.dirname(os.path.abspath(__file__)), sys.prefix)),
+        "rofs": all(
+            _readonly(p) for p in ("/", "/usr", os.path.dirname(os.path.abspath(__file__)), sys.prefix)
+        ),
         "hidden": all(not os.path.exists(p) for p in config.get("must_hide", [])),
         "env": set(os.environ) <= KEEP_ENV,
         "uid": sb.cand_uid is not None and _can_drop(sb.cand_uid),
