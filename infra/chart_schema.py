@@ -2,7 +2,10 @@
 ``# --`` comments above each key, constraints from the table below.
 
 Why generated: a hand-kept schema drifts from values.yaml; this keeps one source (the documented values file) and
-a test fails when the committed schema is stale or a key has no description. Run from the repository root:
+a test fails when the committed schema is stale or a key has no description. The `nats` block is mostly the
+official NATS chart's values, which that chart does not type: its top-level keys are read from the vendored archive
+(charts/nats-*.tgz), so a key neither chart knows (an old `nats.replicas`) is refused, and only what Conductor relies
+on is constrained below them (NATS_BY_PATH). Run from the repository root:
 ``.venv/bin/python infra/chart_schema.py`` (writes the file).
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +55,6 @@ BY_NAME: dict[str, dict[str, Any]] = {
     "max": {"type": "integer", "minimum": 1},  # nats.responses (allow_responses)
     "expires": {"type": "string", "pattern": r"^[0-9]+(ms|s|m|h)$"},
     "size": _QUANTITY,
-    "storageSize": _QUANTITY,
-    "maxMemory": _QUANTITY,
     "shmSize": _QUANTITY,
     "tmpSizeLimit": _QUANTITY,
     "storageClassName": {"type": "string"},
@@ -81,7 +83,6 @@ BY_PATH: dict[str, dict[str, Any]] = {
     "metricsPort": _PORT,
     "logLevel": {"enum": ["DEBUG", "INFO", "WARNING", "ERROR"]},
     "nats.url": {"type": "string", "pattern": r"^$|^(nats|tls)://[^\s]+$"},
-    "nats.replicas": {"enum": [1, 3, 5]},
     "vllm.port": _PORT,
     "image.digest": {"type": "string", "pattern": r"^$|^sha256:[0-9a-f]{64}$"},
     "verifier.sandbox.require": {"type": "array", "items": {"enum": _LAYERS}, "uniqueItems": True},
@@ -109,6 +110,30 @@ USER = {
 }
 # Maps whose keys the user names (a NATS user, a vLLM server): every entry follows the first default's schema.
 ENTRY = {"auth.users", "vllm.servers"}
+# This chart's own keys in the `nats` block; the others are the official chart's.
+NATS_OWN = {"enabled", "url", "existingCredentialsSecret", "monitoringEndpoint", "account"}
+# The official chart's values Conductor relies on. Everything else there is passed through untyped.
+NATS_BY_PATH: dict[str, dict[str, Any]] = {
+    "nats.config.jetstream.enabled": {"const": True},
+    "nats.config.cluster.replicas": {"enum": [3, 5]},
+    "nats.config.jetstream.fileStore.pvc.size": _QUANTITY,
+    "nats.config.jetstream.memoryStore.maxSize": _QUANTITY,
+}
+# The merge/patch hooks, the official chart's and the components' (conductor.hooked): a map merged in, RFC 6902
+# operations.
+_MERGE = {"type": "object"}
+_PATCH = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "op": {"enum": ["add", "remove", "replace", "copy", "move", "test"]},
+            "path": {"type": "string", "pattern": "^(/.*)?$"},
+            "from": {"type": "string", "pattern": "^(/.*)?$"},
+        },
+        "required": ["op", "path"],
+    },
+}
 
 
 def descriptions(text: str) -> dict[str, str]:
@@ -138,11 +163,62 @@ def descriptions(text: str) -> dict[str, str]:
     return found
 
 
+def official_values() -> tuple[str, dict[str, Any]]:
+    """The vendored official NATS chart's archive name and default values."""
+    (archive,) = sorted((CHART / "charts").glob("nats-*.tgz"))
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("nats/values.yaml")
+        assert member is not None
+        return archive.name, yaml.safe_load(member.read())
+
+
+def official(value: Any, path: str, docs: dict[str, str]) -> dict[str, Any]:
+    """An official-chart value Conductor sets: typed from its default, open to the official chart's other keys."""
+    name = path.rsplit(".", 1)[-1]
+    schema: dict[str, Any]
+    if path in NATS_BY_PATH:
+        schema = dict(NATS_BY_PATH[path])
+    elif isinstance(value, dict) and set(value) == {"$tplYaml"}:
+        schema = {}  # a template the official chart evaluates, or the value itself
+    elif name == "merge":
+        schema = dict(_MERGE)
+    elif name == "patch":
+        schema = dict(_PATCH)
+    elif isinstance(value, dict) and (name in OPEN or name == "topologySpreadConstraints"):
+        schema = {"type": "object"}
+    elif isinstance(value, dict):
+        schema = {"type": "object", "properties": {k: official(v, f"{path}.{k}", docs) for k, v in value.items()}}
+    else:
+        schema = node(value, path, docs)
+    if path in docs:
+        schema["description"] = docs[path]
+    return schema
+
+
+def nats(value: dict[str, Any], docs: dict[str, str]) -> dict[str, Any]:
+    """Closed at the top, so a key neither chart reads is refused; this chart's keys typed as everywhere else."""
+    archive, defaults = official_values()
+    props: dict[str, Any] = {}
+    for key, default in defaults.items():
+        kind = {dict: "object", list: "array"}.get(type(default))
+        props[key] = {**({"type": kind} if kind else {}),
+                      "description": f"The official chart's `{key}` (charts/{archive}, nats/values.yaml)."}
+    for key, v in value.items():
+        props[key] = node(v, f"nats.{key}", docs) if key in NATS_OWN else official(v, f"nats.{key}", docs)
+    return {"type": "object", "properties": props, "additionalProperties": False, "description": docs["nats"]}
+
+
 def node(value: Any, path: str, docs: dict[str, str]) -> dict[str, Any]:
     name = path.rsplit(".", 1)[-1]
     schema: dict[str, Any]
+    if path == "nats":
+        return nats(value, docs)
     if path in BY_PATH:
         schema = dict(BY_PATH[path])
+    elif name == "merge" and isinstance(value, dict):
+        schema = dict(_MERGE)
+    elif name == "patch" and isinstance(value, list):
+        schema = dict(_PATCH)
     elif name in BY_NAME and not (isinstance(value, dict) and name not in {"seccompProfile", "appArmorProfile"}):
         schema = dict(BY_NAME[name])
     elif path in ENTRY:
@@ -176,11 +252,6 @@ def node(value: Any, path: str, docs: dict[str, str]) -> dict[str, Any]:
 def build() -> dict[str, Any]:
     text = (CHART / "values.yaml").read_text(encoding="utf-8")
     root = node(yaml.safe_load(text), "", descriptions(text))
-    # Helm copies `global` into each subchart's values before validating: the nats block carries it too.
-    root["properties"]["nats"]["properties"]["global"] = {
-        "type": "object",
-        "description": "Set by Helm: the top-level global block, as the bundled NATS chart sees it.",
-    }
     return {"$schema": "https://json-schema.org/draft-07/schema#", "title": "conductor chart values", **root}
 
 

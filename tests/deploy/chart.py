@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from helm_python.chart import Chart
 ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = ROOT / "charts" / "conductor"
 RELEASE, NAMESPACE = "rel", "ai"
+KUBE_VERSION = "1.33.0"  # the oldest Kubernetes the chart targets that has hostUsers/procMount for the verifier
 CASES = ["default", *sorted(p.name.removesuffix("-values.yaml") for p in (CHART_DIR / "ci").glob("*-values.yaml"))]
 
 
@@ -67,3 +70,22 @@ def pod_specs(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
         elif d["kind"] == "Pod":
             out.append((d["metadata"]["name"], d["spec"]))
     return out
+
+
+_USER = re.compile(
+    r'user: "(?P<user>[^"]+)"\s*password: \$(?P<password>\w+)\s*permissions: \{\s*'
+    r"publish: \{ allow: (?P<publish>\[.*?\]) \}\s*subscribe: \{ allow: (?P<subscribe>\[.*?\]) \}"
+    r'(?:\s*allow_responses: \{ max: (?P<max>\d+), expires: "(?P<expires>[^"]+)" \})?',
+    re.S,
+)
+
+
+def nats_users(conf: str) -> dict[str, dict[str, Any]]:
+    """The users of a rendered authorization block: the password variable, the publish and subscribe lists, and
+    allow_responses (or None)."""
+    users = {}
+    for m in _USER.finditer(conf):
+        responses = {"max": int(m["max"]), "expires": m["expires"]} if m["max"] else None
+        users[m["user"]] = {"password": m["password"], "publish": json.loads(m["publish"]),
+                            "subscribe": json.loads(m["subscribe"]), "responses": responses}
+    return users

@@ -19,7 +19,7 @@ from schemas.solve import PROGRESS_SUBJECT_PREFIX, SOLVE_SUBJECT
 from schemas.tasks import DEAD_SUBJECT_PREFIX, RESULT_SUBJECT_PREFIX, SUBMIT_SUBJECT
 from schemas.verify import VERIFY_SUBJECT
 from schemas.work import WORK_SUBJECT
-from tests.deploy.chart import CASES, CHART_DIR, named, objects, pod_specs, render, rendered
+from tests.deploy.chart import CASES, CHART_DIR, named, nats_users, objects, pod_specs, render, rendered
 
 SERVICES = ["planner", "executor", "worker-adapter", "verifier"]
 VERIFIER_EXCEPTIONS = {
@@ -229,7 +229,11 @@ def test_tls_switches_every_client_to_tls_with_the_ca():
         env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
         assert env["NATS_URL"].startswith("tls://") and env["SSL_CERT_FILE"] == "/etc/conductor/tls/ca.crt", name
     conf = named(docs, "ConfigMap", "rel-nats-config")["data"]["nats.conf"]
-    assert "ca_file: /etc/nats/tls/ca.crt" in conf and "routes" in conf  # 3 replicas: a cluster
+    assert '"cert_file": "/etc/nats-certs/nats/tls.crt"' in conf and '"routes"' in conf  # 3 replicas: a cluster
+    server = named(docs, "StatefulSet", "rel-nats")["spec"]["template"]["spec"]
+    (mount,) = [m for m in server["containers"][0]["volumeMounts"] if m["mountPath"] == "/etc/nats-certs/nats"]
+    (volume,) = [v for v in server["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "conductor-nats-tls"  # the Secret whose ca.crt the clients trust
 
 
 def test_helm_test_solves_through_the_services_as_the_client_user():
@@ -244,16 +248,16 @@ def test_helm_test_solves_through_the_services_as_the_client_user():
 
 def test_service_permissions_follow_the_subjects_in_schemas():
     auth = named(rendered("default"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
-    users = _parse_users(auth)
+    users = nats_users(auth)
     assert users["planner"]["subscribe"] == [PLAN_SUBJECT, f"{POLICY_SUBJECT_PREFIX}.>", "_INBOX.planner.>"]
     assert not any(s.startswith("$O.") for s in users["planner"]["publish"])  # policy versions: read-only
-    learner = _parse_users(named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"])
+    learner = nats_users(named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"])
     assert f"{POLICY_SUBJECT_PREFIX}.>" in learner["learner"]["publish"]
     assert learner["learner"]["subscribe"] == ["_INBOX.learner.>"]
     assert TRAIN_SUBJECT not in users["client"]["publish"]  # training is an operator's act (issue 19, item 2)
     assert users["trainer"]["publish"] == [TRAIN_SUBJECT]
     assert users["worker-adapter"]["subscribe"] == [WORK_SUBJECT, "_INBOX.worker-adapter.>"]
-    assert users["verifier"] == {"publish": [], "subscribe": [VERIFY_SUBJECT, "_INBOX.verifier.>"]}
+    assert (users["verifier"]["publish"], users["verifier"]["subscribe"]) == ([], [VERIFY_SUBJECT, "_INBOX.verifier.>"])
     assert users["executor"]["subscribe"] == [SOLVE_SUBJECT, ROLLOUT_SUBJECT, "_INBOX.executor.>"]
     wanted = {PLAN_SUBJECT, WORK_SUBJECT, VERIFY_SUBJECT, f"{PROGRESS_SUBJECT_PREFIX}.>",
               f"{RESULT_SUBJECT_PREFIX}.>", f"{DEAD_SUBJECT_PREFIX}.>"}
@@ -292,17 +296,6 @@ def test_responders_answer_through_allow_responses_long_enough_for_beats():
         assert int(most) >= window / MIN_BEAT_S and f'expires: "{window}s"' in auth, user
 
 
-def _parse_users(conf: str) -> dict[str, dict[str, list[str]]]:
-    import json
-    import re
-
-    users = {}
-    for block in re.finditer(r'user: "([^"]+)".*?publish: \{ allow: (\[.*?\]) \}.*?subscribe: \{ allow: (\[.*?\]) \}',
-                             conf, re.S):
-        users[block.group(1)] = {"publish": json.loads(block.group(2)), "subscribe": json.loads(block.group(3))}
-    return users
-
-
 def test_gateway_is_one_values_block_with_an_http_door():
     docs = rendered("tls")
     spec = named(docs, "Deployment", "rel-conductor-gateway")["spec"]["template"]["spec"]
@@ -339,5 +332,5 @@ def test_traces_go_to_the_configured_collector_only():
 
 def test_no_user_gets_the_whole_jetstream_api():
     auth = named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
-    for name, perms in _parse_users(auth).items():
+    for name, perms in nats_users(auth).items():
         assert not {"$JS.API.>", "$JS.>", "$KV.>", "$O.>"} & set(perms["publish"] + perms["subscribe"]), name

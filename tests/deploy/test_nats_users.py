@@ -1,6 +1,6 @@
-"""The chart's NATS server config and per-service users, run for real: nats-server loads the rendered nats.conf and
-authorization block, every service connects as its own user, and a solve and a durable task go through. A user
-reaching past its permissions is refused by the server."""
+"""The chart's NATS server config and per-service users, run for real: nats-server loads the nats.conf the official
+NATS chart renders, which includes this chart's authorization block; every service connects as its own user, and a
+solve and a durable task go through. A user reaching past its permissions is refused by the server."""
 
 from __future__ import annotations
 
@@ -30,27 +30,42 @@ SERVICES = ["executor", "planner", "worker-adapter", "verifier", "gateway"]  # e
 VALUES = {"gateway": {"enabled": True}, "learner": {"enabled": True}}  # the learner's user, not its pod, is used
 
 
+def _local(conf: str, root, port: int, http: int) -> str:
+    """The rendered nats.conf with the pod's addresses and paths moved to this machine, each exactly once."""
+    moves = {
+        '"port": 4222': f'"host": "127.0.0.1", "port": {port}',
+        '"http_port": 8222': f'"http": "127.0.0.1:{http}"',
+        '"store_dir": "/data"': f'"store_dir": "{root / "js"}"',
+        '"pid_file": "/var/run/nats/nats.pid"': f'"pid_file": "{root / "nats.pid"}"',
+    }
+    for old, new in moves.items():
+        assert conf.count(old) == 1, (old, conf)
+        conf = conf.replace(old, new)
+    return conf
+
+
 @pytest.fixture(scope="module")
 def chart_nats(tmp_path_factory):
-    """nats-server started from the chart's own config files, with the generated passwords in its environment."""
+    """nats-server started from the official NATS chart's rendered nats.conf and this chart's authorization block,
+    laid out as the pod mounts them (/etc/nats-config, /etc/nats-auth: the include is relative), with the generated
+    passwords in its environment as the container's envFrom puts them."""
     docs = render(VALUES)
     conf = named(docs, "ConfigMap", "rel-nats-config")["data"]["nats.conf"]
     auth = named(docs, "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
     secret = named(docs, "Secret", "rel-nats-credentials")["data"]
     passwords = {k: base64.b64decode(v).decode() for k, v in secret.items()}
     root = tmp_path_factory.mktemp("chart-nats")
-    (root / "auth").mkdir()
-    (root / "auth" / "authorization.conf").write_text(auth)
+    (root / "nats-auth").mkdir()
+    (root / "nats-auth" / "authorization.conf").write_text(auth)
+    (root / "nats-config").mkdir()
     port, http = free_port(), free_port()
-    conf = conf.replace("listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{port}")
-    conf = conf.replace("http_port: 8222", f"http: 127.0.0.1:{http}")
-    conf = conf.replace("store_dir: /data/jetstream", f"store_dir: {root / 'js'}")
-    (root / "nats.conf").write_text(conf)
-    env = {**os.environ, **passwords, "POD_NAME": "rel-nats-0"}
-    check = subprocess.run([find_binary(), "-c", str(root / "nats.conf"), "-t"], env=env, capture_output=True)
+    (root / "nats-config" / "nats.conf").write_text(_local(conf, root, port, http))
+    env = {**os.environ, **passwords, "SERVER_NAME": "rel-nats-0"}
+    check = subprocess.run([find_binary(), "-c", str(root / "nats-config" / "nats.conf"), "-t"], env=env,
+                           capture_output=True)
     assert check.returncode == 0, check.stderr.decode()
     log = open(root / "nats.log", "wb")  # the server log: permission violations, read by the tests
-    proc = subprocess.Popen([find_binary(), "-c", str(root / "nats.conf")], env=env, stderr=log)
+    proc = subprocess.Popen([find_binary(), "-c", str(root / "nats-config" / "nats.conf")], env=env, stderr=log)
     url = f"nats://127.0.0.1:{port}"
     deadline = time.monotonic() + 10
     while not reachable(url, 0.2):

@@ -37,9 +37,45 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* NATS: the client URL (no credentials), the credentials Secret, the env var naming a user's password. */}}
+{{/* NATS: the official chart's name label and Service (its nats.name and nats.fullname, from the same values), the
+client URL (no credentials), the credentials Secret, the env var naming a user's password. */}}
+{{- define "conductor.natsName" -}}
+{{- default "nats" .Values.nats.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "conductor.natsHost" -}}
-{{- printf "%s-nats" .Release.Name -}}
+{{- $name := include "conductor.natsName" . -}}
+{{- if .Values.nats.fullnameOverride -}}
+{{- .Values.nats.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The official chart's values that carry the users in (values.yaml: nats.config.merge, nats.container.patch,
+nats.statefulSet.patch). Helm replaces a list given in a values file, so an operator's own patch list could drop
+them and leave a server that cannot start: refuse to render instead, saying what to keep. The server's TLS and the
+clients' (global.tls) must agree too. */}}
+{{- define "conductor.natsWiring" -}}
+{{- $n := .Values.nats -}}
+{{- if ne (get (default dict $n.config.merge) "$include") "../nats-auth/authorization.conf" -}}
+{{- fail "nats.config.merge must keep `$include: ../nats-auth/authorization.conf` (the per-service users)" -}}
+{{- end -}}
+{{- $container := toJson $n.container.patch -}}
+{{- if not (and (contains "\"/envFrom\"" $container) (contains "conductor-nats-auth" $container)) -}}
+{{- fail "nats.container.patch must keep the chart's two entries (envFrom: the users' passwords; the conductor-nats-auth mount): copy them from values.yaml, then add yours" -}}
+{{- end -}}
+{{- if not (contains "conductor-nats-auth" (toJson $n.statefulSet.patch)) -}}
+{{- fail "nats.statefulSet.patch must keep the chart's conductor-nats-auth volume: copy it from values.yaml, then add yours" -}}
+{{- end -}}
+{{- if ne (toString .Values.global.tls.enabled) (toString $n.config.nats.tls.enabled) -}}
+{{- fail "global.tls.enabled (the clients) and nats.config.nats.tls.enabled (the server) must agree" -}}
+{{- end -}}
+{{- if $n.config.nats.tls.enabled -}}
+{{- $_ := required "nats.config.nats.tls.secretName is required when nats.config.nats.tls.enabled" $n.config.nats.tls.secretName -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "conductor.natsUrl" -}}
