@@ -1,7 +1,8 @@
 {{/*
 One Conductor service: Deployment, metrics Service, autoscaler, PodDisruptionBudget.
 Use: {{ include "conductor.component" (dict "root" . "key" "workerAdapter" "name" "worker-adapter") }}
-`key` is the service's values block; its shape is the one every service block in values.yaml shares.
+`key` is the service's values block; its shape is the one every service block in values.yaml shares. Its
+`container` and `podTemplate` hooks (merge, patch) apply to the container and then to the pod template.
 */}}
 {{- define "conductor.component" -}}
 {{- $root := .root -}}
@@ -26,152 +27,7 @@ spec:
     matchLabels:
       {{- include "conductor.selector" $sel | nindent 6 }}
   template:
-    metadata:
-      labels:
-        {{- include "conductor.selector" $sel | nindent 8 }}
-        conductor.io/nats-client: "true"
-      annotations:
-        checksum/pool: {{ include "conductor.poolData" $root | sha256sum }}
-    spec:
-      serviceAccountName: {{ include "conductor.fullname" $root }}
-      automountServiceAccountToken: false
-      {{- with $root.Values.imagePullSecrets }}
-      imagePullSecrets:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      {{- $sandbox := and (eq .name "verifier") $svc.sandbox.enabled }}
-      {{- if $sandbox }}
-      hostUsers: false
-      {{- end }}
-      securityContext:
-        {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
-      terminationGracePeriodSeconds: {{ $svc.terminationGracePeriodSeconds }}
-      containers:
-        - name: {{ .name }}
-          {{- $image := $root.Values.image }}
-          {{- if and $svc.image $svc.image.repository }}
-          {{- $image = $svc.image }}
-          {{- end }}
-          image: {{ include "conductor.image" (dict "root" $root "image" $image) }}
-          imagePullPolicy: {{ $image.pullPolicy }}
-          args:
-            {{- toYaml $svc.args | nindent 12 }}
-          env:
-            {{- include "conductor.natsEnv" (dict "root" $root "user" $svc.nats.user) | nindent 12 }}
-            - name: CONDUCTOR_METRICS_PORT
-              value: {{ $root.Values.metricsPort | quote }}
-            - name: CONDUCTOR_LOG_LEVEL
-              value: {{ $root.Values.logLevel | quote }}
-            - name: CONDUCTOR_LOG_JSON
-              value: "1"
-            {{- include "conductor.otelEnv" (dict "root" $root "name" .name) | nindent 12 }}
-            - name: CONDUCTOR_DRAIN_TIMEOUT_S
-              value: {{ max 1 (sub $svc.terminationGracePeriodSeconds 5) | quote }}
-            {{- if include "conductor.poolData" $root }}
-            - name: CONDUCTOR_POOL
-              value: /etc/conductor/pool/pool.toml
-            {{- end }}
-            {{- if eq .name "verifier" }}
-            {{- if $svc.sandbox.enabled }}
-            - name: CONDUCTOR_SANDBOX_REQUIRE
-              value: {{ join "," $svc.sandbox.require | quote }}
-            {{- else }}
-            - name: CONDUCTOR_SANDBOX_BACKEND
-              value: none
-            - name: CONDUCTOR_SANDBOX_REQUIRE
-              value: "1"
-            {{- end }}
-            {{- end }}
-            {{- range $k, $v := $svc.env }}
-            - name: {{ $k }}
-              value: {{ tpl (toString $v) $root | quote }}
-            {{- end }}
-            {{- range $svc.secretFiles }}
-            - name: {{ .env }}
-              value: {{ printf "/etc/conductor/files/%s/%s" .secret .key | quote }}
-            {{- end }}
-          {{- if $svc.egressToProviders }}
-          {{- if or $root.Values.apiKeys.existingSecret $root.Values.apiKeys.values }}
-          envFrom:
-            - secretRef:
-                name: {{ default (printf "%s-api-keys" (include "conductor.fullname" $root)) $root.Values.apiKeys.existingSecret }}
-          {{- end }}
-          {{- end }}
-          ports:
-            - name: metrics
-              containerPort: {{ $root.Values.metricsPort }}
-              protocol: TCP
-            {{- if $svc.http }}
-            - name: http
-              containerPort: {{ $svc.http.port }}
-              protocol: TCP
-            {{- end }}
-          startupProbe:
-            httpGet: {path: /healthz, port: metrics}
-            periodSeconds: 2
-            failureThreshold: 60
-          livenessProbe:
-            httpGet: {path: /healthz, port: metrics}
-            periodSeconds: 10
-            timeoutSeconds: 3
-            failureThreshold: 3
-          readinessProbe:
-            httpGet: {path: /readyz, port: metrics}
-            periodSeconds: 5
-            timeoutSeconds: 3
-            failureThreshold: 2
-          resources:
-            {{- toYaml $svc.resources | nindent 12 }}
-          securityContext:
-            {{- $sc := deepCopy $root.Values.securityContext }}
-            {{- if $sandbox }}
-            {{- $_ := set $sc "seccompProfile" $svc.sandbox.seccompProfile }}
-            {{- $_ := set $sc "appArmorProfile" $svc.sandbox.appArmorProfile }}
-            {{- $_ := set $sc "procMount" $svc.sandbox.procMount }}
-            {{- end }}
-            {{- toYaml $sc | nindent 12 }}
-          volumeMounts:
-            - {name: tmp, mountPath: /tmp}
-            {{- if include "conductor.poolData" $root }}
-            - {name: pool, mountPath: /etc/conductor/pool, readOnly: true}
-            {{- end }}
-            {{- if $root.Values.global.tls.enabled }}
-            - {name: nats-ca, mountPath: /etc/conductor/tls, readOnly: true}
-            {{- end }}
-            {{- range $svc.secretFiles }}
-            - {name: {{ printf "file-%s" .secret | trunc 63 }}, mountPath: {{ printf "/etc/conductor/files/%s" .secret }}, readOnly: true}
-            {{- end }}
-      volumes:
-        - name: tmp
-          emptyDir: {sizeLimit: {{ $root.Values.tmpSizeLimit }}}
-        {{- range $svc.secretFiles }}
-        - name: {{ printf "file-%s" .secret | trunc 63 }}
-          secret:
-            secretName: {{ .secret }}
-            items:
-              - {key: {{ .key }}, path: {{ .key }}}
-        {{- end }}
-        {{- include "conductor.poolVolume" $root | nindent 8 }}
-        {{- include "conductor.caVolume" $root | nindent 8 }}
-      {{- with $svc.nodeSelector }}
-      nodeSelector:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      {{- with $svc.tolerations }}
-      tolerations:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      {{- with $svc.affinity }}
-      affinity:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      topologySpreadConstraints:
-        - maxSkew: 1
-          topologyKey: kubernetes.io/hostname
-          whenUnsatisfiable: ScheduleAnyway
-          labelSelector:
-            matchLabels:
-              {{- include "conductor.selector" $sel | nindent 14 }}
+    {{- include "conductor.hooked" (dict "doc" (include "conductor.podTemplate" .) "hooks" $svc.podTemplate) | nindent 4 }}
 ---
 apiVersion: v1
 kind: Service
@@ -260,6 +116,184 @@ spec:
       {{- include "conductor.selector" $sel | nindent 6 }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/*
+A rendered object with an operator's hooks applied, as the official NATS chart does on its resources: `merge` is
+deep-merged over it (maps merge key by key; lists and scalars are replaced; false, 0 and "" do not override, use a
+patch), then `patch`, RFC 6902 operations (conductor.jsonpatch), e.g. {op: add, path: /env/-, value: {...}}.
+Use: (dict "doc" <the object as YAML text> "hooks" <a {merge, patch} block>).
+*/}}
+{{- define "conductor.hooked" -}}
+{{- $doc := fromYaml .doc -}}
+{{- if hasKey $doc "Error" -}}
+{{- fail (printf "conductor.hooked: %s" $doc.Error) -}}
+{{- end -}}
+{{- $hooks := default dict .hooks -}}
+{{- $doc = mergeOverwrite $doc (deepCopy (default dict $hooks.merge)) -}}
+{{- $patched := include "conductor.jsonpatch" (dict "doc" $doc "patch" (default list $hooks.patch)) | fromJson -}}
+{{- toYaml $patched.doc -}}
+{{- end -}}
+
+{{/* The pod template of a component: (dict "root" $ "key" "planner" "name" "planner"), as conductor.component. */}}
+{{- define "conductor.podTemplate" -}}
+{{- $root := .root -}}
+{{- $svc := index $root.Values .key -}}
+{{- $sel := dict "root" $root "component" .name -}}
+{{- $sandbox := and (eq .name "verifier") $svc.sandbox.enabled -}}
+metadata:
+  labels:
+    {{- include "conductor.selector" $sel | nindent 4 }}
+    conductor.io/nats-client: "true"
+  annotations:
+    checksum/pool: {{ include "conductor.poolData" $root | sha256sum }}
+spec:
+  serviceAccountName: {{ include "conductor.fullname" $root }}
+  automountServiceAccountToken: false
+  {{- with $root.Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if $sandbox }}
+  hostUsers: false
+  {{- end }}
+  securityContext:
+    {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
+  terminationGracePeriodSeconds: {{ $svc.terminationGracePeriodSeconds }}
+  containers:
+    - {{- include "conductor.hooked" (dict "doc" (include "conductor.container" .) "hooks" $svc.container) | nindent 6 }}
+  volumes:
+    - name: tmp
+      emptyDir: {sizeLimit: {{ $root.Values.tmpSizeLimit }}}
+    {{- range $svc.secretFiles }}
+    - name: {{ printf "file-%s" .secret | trunc 63 }}
+      secret:
+        secretName: {{ .secret }}
+        items:
+          - {key: {{ .key }}, path: {{ .key }}}
+    {{- end }}
+    {{- include "conductor.poolVolume" $root | nindent 4 }}
+    {{- include "conductor.caVolume" $root | nindent 4 }}
+  {{- with $svc.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $svc.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $svc.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  topologySpreadConstraints:
+    - maxSkew: 1
+      topologyKey: kubernetes.io/hostname
+      whenUnsatisfiable: ScheduleAnyway
+      labelSelector:
+        matchLabels:
+          {{- include "conductor.selector" $sel | nindent 10 }}
+{{- end -}}
+
+{{/* Its container: the same argument. */}}
+{{- define "conductor.container" -}}
+{{- $root := .root -}}
+{{- $svc := index $root.Values .key -}}
+{{- $sandbox := and (eq .name "verifier") $svc.sandbox.enabled -}}
+name: {{ .name }}
+{{- $image := $root.Values.image }}
+{{- if and $svc.image $svc.image.repository }}
+{{- $image = $svc.image }}
+{{- end }}
+image: {{ include "conductor.image" (dict "root" $root "image" $image) }}
+imagePullPolicy: {{ $image.pullPolicy }}
+args:
+  {{- toYaml $svc.args | nindent 2 }}
+env:
+  {{- include "conductor.natsEnv" (dict "root" $root "user" $svc.nats.user) | nindent 2 }}
+  - name: CONDUCTOR_METRICS_PORT
+    value: {{ $root.Values.metricsPort | quote }}
+  - name: CONDUCTOR_LOG_LEVEL
+    value: {{ $root.Values.logLevel | quote }}
+  - name: CONDUCTOR_LOG_JSON
+    value: "1"
+  {{- include "conductor.otelEnv" (dict "root" $root "name" .name) | nindent 2 }}
+  - name: CONDUCTOR_DRAIN_TIMEOUT_S
+    value: {{ max 1 (sub $svc.terminationGracePeriodSeconds 5) | quote }}
+  {{- if include "conductor.poolData" $root }}
+  - name: CONDUCTOR_POOL
+    value: /etc/conductor/pool/pool.toml
+  {{- end }}
+  {{- if eq .name "verifier" }}
+  {{- if $svc.sandbox.enabled }}
+  - name: CONDUCTOR_SANDBOX_REQUIRE
+    value: {{ join "," $svc.sandbox.require | quote }}
+  {{- else }}
+  - name: CONDUCTOR_SANDBOX_BACKEND
+    value: none
+  - name: CONDUCTOR_SANDBOX_REQUIRE
+    value: "1"
+  {{- end }}
+  {{- end }}
+  {{- range $k, $v := $svc.env }}
+  - name: {{ $k }}
+    value: {{ tpl (toString $v) $root | quote }}
+  {{- end }}
+  {{- range $svc.secretFiles }}
+  - name: {{ .env }}
+    value: {{ printf "/etc/conductor/files/%s/%s" .secret .key | quote }}
+  {{- end }}
+{{- if $svc.egressToProviders }}
+{{- if or $root.Values.apiKeys.existingSecret $root.Values.apiKeys.values }}
+envFrom:
+  - secretRef:
+      name: {{ default (printf "%s-api-keys" (include "conductor.fullname" $root)) $root.Values.apiKeys.existingSecret }}
+{{- end }}
+{{- end }}
+ports:
+  - name: metrics
+    containerPort: {{ $root.Values.metricsPort }}
+    protocol: TCP
+  {{- if $svc.http }}
+  - name: http
+    containerPort: {{ $svc.http.port }}
+    protocol: TCP
+  {{- end }}
+startupProbe:
+  httpGet: {path: /healthz, port: metrics}
+  periodSeconds: 2
+  failureThreshold: 60
+livenessProbe:
+  httpGet: {path: /healthz, port: metrics}
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+readinessProbe:
+  httpGet: {path: /readyz, port: metrics}
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 2
+resources:
+  {{- toYaml $svc.resources | nindent 2 }}
+securityContext:
+  {{- $sc := deepCopy $root.Values.securityContext }}
+  {{- if $sandbox }}
+  {{- $_ := set $sc "seccompProfile" $svc.sandbox.seccompProfile }}
+  {{- $_ := set $sc "appArmorProfile" $svc.sandbox.appArmorProfile }}
+  {{- $_ := set $sc "procMount" $svc.sandbox.procMount }}
+  {{- end }}
+  {{- toYaml $sc | nindent 2 }}
+volumeMounts:
+  - {name: tmp, mountPath: /tmp}
+  {{- if include "conductor.poolData" $root }}
+  - {name: pool, mountPath: /etc/conductor/pool, readOnly: true}
+  {{- end }}
+  {{- if $root.Values.global.tls.enabled }}
+  - {name: nats-ca, mountPath: /etc/conductor/tls, readOnly: true}
+  {{- end }}
+  {{- range $svc.secretFiles }}
+  - {name: {{ printf "file-%s" .secret | trunc 63 }}, mountPath: {{ printf "/etc/conductor/files/%s" .secret }}, readOnly: true}
+  {{- end }}
 {{- end -}}
 
 {{/* KEDA: scale the executor on the pending messages of its durable intake consumer (JetStream lag). */}}
