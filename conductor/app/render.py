@@ -91,3 +91,18 @@ def demo_table(rows: Sequence[tuple[str, str, SolveResult]]) -> Table:
             qid, domain, correct, str(len(steps)), workers, str(t.total_tokens), usd(t.cost_usd), f"{res.latency_s:.2f}"
         )
     return table
+
+
+def workflow_line(result: SolveResult) -> str:
+    """The workflows a result ran, one worker per step in order, what each saw in brackets ("sim-math → sim-math
+    [all]"); rounds separated by " | ", a fallback marked "(fallback)"."""
+    rounds = []
+    for r in result.workflows:
+        steps = [s.worker + ("" if not s.access else f" [{_access(s.access)}]") for s in r.steps]
+        line = " → ".join(steps) or ("hand back" if r.handback else "—")
+        rounds.append(line + (" (fallback)" if r.fallback_used else ""))
+    return " | ".join(rounds) or "—"
+
+
+def _access(access: object) -> str:
+    return access if isinstance(access, str) else ",".join(map(str, access))  # type: ignore[arg-type]

@@ -34,8 +34,22 @@ def test_the_trained_conductor_is_the_default_on_the_pool_it_knows(installed: No
     assert "smollm2-route" in which and "moa" in which  # and what plans other views
 
 
-def test_another_pool_keeps_the_baseline_and_says_why(installed: None) -> None:
-    env, which = trained_default({})  # the bundled demo pool: four workers, not the view it was trained on
+def test_the_bundled_demo_pool_shows_the_view_it_was_trained_on(installed: None) -> None:
+    """`conductor demo` and `serve all` without a pool file run the trained Conductor: the demo pool's cards are the
+    sim pool's (its own questions and skills behind them)."""
+    from conductor.pool import load_pool
+    from conductor.prompt import view_fingerprint
+
+    demo, sim = load_pool(None), load_pool(Path(SIM_POOL))
+    assert view_fingerprint(demo.cards(demo.workers)) == view_fingerprint(sim.cards(sim.workers))
+    env, which = trained_default({})
+    assert env["CONDUCTOR_POLICY_ADAPTER"] == "smollm2-route" and "smollm2-route" in which
+
+
+def test_another_pool_keeps_the_baseline_and_says_why(installed: None, tmp_path: Path) -> None:
+    text = Path(SIM_POOL).read_text().replace("tuned for mathematics", "tuned for algebra")
+    (tmp_path / "pool.toml").write_text(text.replace('dataset = "', f'dataset = "{Path(SIM_POOL).parent}/'))
+    env, which = trained_default({"CONDUCTOR_POOL": str(tmp_path / "pool.toml")})
     assert "CONDUCTOR_POLICY" not in env
     assert which.startswith("Conductor: baseline:moa") and "sim_pool.toml" in which
 
