@@ -37,7 +37,7 @@ def test_first_round_prompt_has_the_papers_structure(cards: list[WorkerCard]) ->
         assert piece in system.content, piece
     assert user.content.startswith("Question:\nWhat is 6 * 7?")
     assert "Model 0: Large frontier generalist" in user.content
-    assert "Model 3: Small fast model" in user.content
+    assert "Model 4: Small fast model" in user.content
 
 
 def test_worker_names_hidden_unless_revealed(cards: list[WorkerCard]) -> None:
