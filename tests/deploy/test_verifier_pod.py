@@ -24,7 +24,7 @@ def _layers_as_uid_10001() -> tuple[str, set[str], set[str]]:
         [tool, "--user", "--map-user=10001", "--map-group=10001", str(CONDUCTOR), "verify", "--layers"],
         capture_output=True, text=True, timeout=120, check=False,
     )
-    line = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
+    line = next((ln for ln in run.stdout.splitlines() if ln.startswith("backend=")), "")  # then the libraries line
     if run.returncode not in (0, 1) or not line.startswith("backend="):
         pytest.skip(f"no unprivileged user namespaces here: {run.stderr.strip()[-300:]}")
     parts = dict(part.strip().replace("=", ":", 1).split(":", 1) for part in line.split(";"))
