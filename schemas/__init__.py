@@ -11,7 +11,7 @@ Schema evolution rules (checked by the golden-payload tests in tests/schemas):
 6. Enumerated string values (error codes, outcomes) gain members only.
 """
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """2: ``WorkReply.faults`` (failed tries by ``FaultReason``), ``SolveRequest.progress``; ``WorkRequest.idempotent``
 also landed after the v1 golden payloads.
 3: ``TaskCheckpoint.schema_version`` (stored checkpoints carry their format version, as results do) and its
@@ -23,4 +23,6 @@ services already enforced by hand, so every payload they accepted still decodes.
 versions (``PolicyVersion``, announced on ``conductor.learner.policy.<run>``).
 6: ``PolicyVersion.card`` (``PolicyCard``: how the version must be served; issue 18).
 7: why a fallback planned (issue 19): ``PlanReply.rejected`` and ``RoundRecord.rejected`` (``RejectedSample``: each
-unusable policy sample's reason and text), ``RoundRecord.policy_error`` (the backend's failure)."""
+unusable policy sample's reason and text), ``RoundRecord.policy_error`` (the backend's failure).
+8: cancelling a task (issue 19, item 3): ``SolveRequest.owner``, ``CancelRequest`` on ``conductor.cancel.<owner>.
+<task_id>``, the error code ``cancelled``."""

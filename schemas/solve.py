@@ -1,7 +1,8 @@
 """The public solve API: a question in, the answer and the workflows that produced it out.
 
 Clients send JSON (``SolveRequest``) to ``conductor.solve`` and get JSON (``SolveResult``) back. Step progress is
-published on ``conductor.progress.<task_id>``.
+published on ``conductor.progress.<task_id>``. A task's owner (``SolveRequest.owner``) may stop it with a
+``CancelRequest`` on ``conductor.cancel.<owner>.<task_id>``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ PROGRESS_SUBJECT_PREFIX = "conductor.progress"
 def progress_subject(task_id: str) -> str:
     """Per-task progress subject (``PROGRESS``); subscribe to ``conductor.progress.*`` for all tasks."""
     return f"{PROGRESS_SUBJECT_PREFIX}.{task_id}"
+
+
+CANCEL_SUBJECT_PREFIX = "conductor.cancel"
+
+
+def cancel_subject(owner: str, task_id: str) -> str:
+    """Where a task's owner asks for it to stop (``CANCEL``)."""
+    return f"{CANCEL_SUBJECT_PREFIX}.{owner}.{task_id}"
 
 
 PositiveInt = Annotated[int, Meta(gt=0)]
@@ -75,6 +84,15 @@ class SolveRequest(msgspec.Struct, frozen=True, kw_only=True):
     # Publish progress events on conductor.progress.<task_id> (a few per step); batch clients and training rollouts,
     # which never watch them, turn them off and save the executor that work.
     progress: Annotated[bool, Meta(description="Publish progress events on conductor.progress.<task_id>.")] = True
+    # Who may cancel the task: the NATS role that alone may publish on conductor.cancel.<owner>.<...>
+    # (conductor/access.py). A submitter can only hand its own task to a role, never take another's.
+    owner: Annotated[
+        Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None,
+        Meta(
+            description="The role that may cancel the task with a CancelRequest on "
+            "conductor.cancel.<owner>.<task_id> (\"gateway\" for the HTTP gateway's tasks); unset: no one can."
+        ),
+    ] = None
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -139,6 +157,29 @@ SOLVE: RequestReply[SolveRequest, SolveResult] = RequestReply(
     error_reply=lambda info, request: SolveResult(
         task_id=(request.task_id or "") if request else "", error=info
     ),
+)
+
+
+class CancelRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Stop a running task: no further plan or worker call starts for it (one already running finishes and is
+    paid for); its result, carrying what ran and its usage with the error ``cancelled``, goes where it always goes
+    (the solve's reply, or the results bucket and event of a durable task)."""
+
+    task_id: str
+    reason: Annotated[str, Meta(max_length=500, description="Why, for the result's error message.")] = ""
+
+
+CANCEL: Event[CancelRequest] = Event(
+    title="cancel",
+    address=CANCEL_SUBJECT_PREFIX + ".{owner}.{task_id}",
+    payload=CancelRequest,
+    description="Stop a running task (the gateway sends it when its HTTP client hangs up). Heard by every executor; "
+    "the one running the task starts no further call and answers with what ran. Best effort (core NATS): "
+    "a sender repeats it until the task's result is in. A cancel for a task not started yet is remembered for a while.",
+    parameters={
+        "owner": "The task's SolveRequest.owner: only that NATS role may publish here (conductor/access.py).",
+        "task_id": "The task's id.",
+    },
 )
 
 ProgressKind = Literal["accepted", "planned", "step_started", "step_done", "round_done", "done"]

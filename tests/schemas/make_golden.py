@@ -12,7 +12,15 @@ from schemas.errors import ErrorCode, ErrorInfo
 from schemas.learner import PolicyCard, PolicyVersion, TrainJob, TrainProgress
 from schemas.plan import PlanReply, PlanRequest, PriorRound, RejectedSample, WorkerCard, Workflow
 from schemas.rollout import Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
-from schemas.solve import Budget, ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
+from schemas.solve import (
+    Budget,
+    CancelRequest,
+    ProgressEvent,
+    RoundRecord,
+    SolveRequest,
+    SolveResult,
+    StepRecord,
+)
 from schemas.tasks import DeadLetter, TaskCheckpoint
 from schemas.usage import Usage, UsageSummary
 from schemas.verify import (
@@ -191,6 +199,18 @@ PAYLOADS: dict[str, object] = {
         )],
         usage=UsageSummary(by_worker={"sim-math": U}, planner=U, total=U + U),
         latency_s=1.5,
+    ),
+    "solve_request_v8": msgspec.structs.replace(SOLVE_REQ, owner="gateway"),
+    "cancel_request_v8": CancelRequest(task_id="t-1", reason="the HTTP client hung up"),
+    "solve_result_cancelled_v8": SolveResult(
+        task_id="t-1",
+        answer="\\boxed{2}",
+        workflows=[msgspec.structs.replace(
+            ROUND, error=ErrorInfo(code=ErrorCode.CANCELLED, message="cancelled by its owner: the HTTP client hung up"),
+        )],
+        usage=UsageSummary(by_worker={"sim-math": U}, total=U),
+        error=ErrorInfo(code=ErrorCode.CANCELLED, message="cancelled by its owner: the HTTP client hung up"),
+        latency_s=0.4,
     ),
     "dead_letter_v1": DeadLetter(
         task_id="t-1",

@@ -12,7 +12,7 @@ import pytest
 from schemas.learner import PolicyVersion, TrainJob, TrainProgress
 from schemas.plan import PlanReply, PlanRequest
 from schemas.rollout import RolloutBatch, RolloutBatchResult
-from schemas.solve import ProgressEvent, SolveRequest, SolveResult
+from schemas.solve import CancelRequest, ProgressEvent, SolveRequest, SolveResult
 from schemas.tasks import DeadLetter, TaskCheckpoint
 from schemas.verify import VerifyBatch, VerifyBatchResult
 from schemas.work import WorkReply, WorkRequest
@@ -23,6 +23,7 @@ TYPES: dict[str, type] = {
     "solve_request": SolveRequest,
     "solve_result": SolveResult,
     "progress_event": ProgressEvent,
+    "cancel_request": CancelRequest,
     "plan_request": PlanRequest,
     "plan_reply": PlanReply,
     "work_request": WorkRequest,
