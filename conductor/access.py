@@ -5,8 +5,9 @@ and ``eval`` start (``authorization``), and the permission lists of the Helm cha
 charts/conductor/values.yaml equal to it). Subjects, streams and buckets come from their declarations in
 ``schemas/`` (``RequestReply``, ``Event``, ``Names``), so a renamed subject moves its permission with it.
 
-The model (issue 8, "anyone on the bus is believed"): clients submit tasks and read results; only executors write
-results, result events and checkpoints; only worker-adapters receive ``work`` and only verifiers ``verify``; only
+The model (issue 8, "anyone on the bus is believed"): clients submit tasks and read results; a task is cancelled
+only by the role its request names as ``owner``, each role publishing on ``conductor.cancel.<its own name>.>``
+only (issue 19, item 3), and heard only by executors; only executors write results, result events and checkpoints; only worker-adapters receive ``work`` and only verifiers ``verify``; only
 the worker-adapter writes its call ledger, cache and limits. Nobody subscribes to another user's inbox: each user
 connects with the inbox prefix ``_INBOX.<user>`` and may subscribe to that prefix only, so no one can watch another's
 replies or liveness beats. A responder never gets a blanket publish to ``_INBOX.>``: it answers through
@@ -36,13 +37,14 @@ from schemas.contract import Event, RequestReply
 from schemas.learner import JOBS_CONSUMER, LEARNER_PROGRESS, POLICY_VERSIONS, TRAIN_SUBJECT
 from schemas.plan import PLAN
 from schemas.rollout import ROLLOUT
-from schemas.solve import PROGRESS, SOLVE
+from schemas.solve import CANCEL, PROGRESS, SOLVE
 from schemas.tasks import INTAKE_CONSUMER, RESULTS, Names
 from schemas.verify import VERIFY
 from schemas.work import WORK
 
 CLIENT = "client"
 TRAINER = "trainer"
+GATEWAY = "gateway"
 ROLES = ("client", "executor", "planner", "worker-adapter", "verifier", "gateway", "learner", "trainer")
 """Every NATS user of a deployment: the services by their ``serve`` names, ``client`` for `conductor solve`,
 `conductor result`, `conductor eval` and any operator's client, ``trainer`` for the operator who submits training
@@ -112,6 +114,11 @@ def _all(event: Event, prefix: str) -> str:
     return prefix + event.address.split("{", 1)[0] + ">"
 
 
+def _cancels_of(owner: str, prefix: str) -> str:
+    """The cancel subjects of the tasks ``owner`` owns (``SolveRequest.owner``): only that role publishes there."""
+    return prefix + CANCEL.subject(owner=owner, task_id=">")
+
+
 def _stream(name: str, *ops: str) -> list[str]:
     return [f"{API}.STREAM.{op}.{name}" for op in ops]
 
@@ -146,6 +153,7 @@ def _client(n: Names, p: str) -> Grant:
         publish=(
             _subject(SOLVE, p),
             n.submit_subject,
+            _cancels_of(CLIENT, p),
             *_kv_read(n.results_bucket),
             f"{API}.CONSUMER.INFO.{n.tasks_stream}.{INTAKE_CONSUMER}",  # `conductor status`: the intake's lag
         ),
@@ -187,7 +195,7 @@ def _executor(n: Names, p: str) -> Grant:
             *_kv_write(n.results_bucket),
             *_kv_write(n.checkpoints_bucket),
         ),
-        subscribe=(_subject(SOLVE, p), _subject(ROLLOUT, p)),
+        subscribe=(_subject(SOLVE, p), _subject(ROLLOUT, p), _all(CANCEL, p)),
         window_s=RESPONSE_WINDOW_S["executor"],
     )
 
@@ -230,6 +238,7 @@ def _gateway(n: Names, p: str) -> Grant:
         publish=(
             _subject(SOLVE, p),
             n.submit_subject,
+            _cancels_of(GATEWAY, p),  # a task whose HTTP client hung up (services/gateway/calls.py)
             *_kv_read(n.results_bucket),
             *_kv_write(n.gateway_quota_bucket),
         ),

@@ -95,6 +95,12 @@ FORGED = SolveResult(task_id="", answer="forged")
         ("trainer", "publish", "$O.CONDUCTOR_POLICIES.M.Zm9yZ2Vk"),
         # nobody purges the policy bucket: a published version is immutable
         ("learner", "publish", "$JS.API.STREAM.PURGE.OBJ_CONDUCTOR_POLICIES"),
+        # issue 19, item 3: a task is cancelled only by the role its request names as owner
+        ("client", "publish", "conductor.cancel.gateway.gw123-t"),
+        ("gateway", "publish", "conductor.cancel.client.t"),
+        ("worker-adapter", "publish", "conductor.cancel.gateway.t"),
+        ("executor", "publish", "conductor.cancel.gateway.t"),
+        ("client", "subscribe", "conductor.cancel.>"),
     ],
 )
 async def test_the_server_refuses(secured, user, action, subject):

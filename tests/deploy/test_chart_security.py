@@ -15,7 +15,7 @@ from conductor.probes import ProbeServer
 from schemas.learner import POLICY_SUBJECT_PREFIX, TRAIN_SUBJECT
 from schemas.plan import PLAN_SUBJECT
 from schemas.rollout import ROLLOUT_SUBJECT
-from schemas.solve import PROGRESS_SUBJECT_PREFIX, SOLVE_SUBJECT
+from schemas.solve import CANCEL_SUBJECT_PREFIX, PROGRESS_SUBJECT_PREFIX, SOLVE_SUBJECT, cancel_subject
 from schemas.tasks import DEAD_SUBJECT_PREFIX, RESULT_SUBJECT_PREFIX, SUBMIT_SUBJECT
 from schemas.verify import VERIFY_SUBJECT
 from schemas.work import WORK_SUBJECT
@@ -258,7 +258,10 @@ def test_service_permissions_follow_the_subjects_in_schemas():
     assert users["trainer"]["publish"] == [TRAIN_SUBJECT]
     assert users["worker-adapter"]["subscribe"] == [WORK_SUBJECT, "_INBOX.worker-adapter.>"]
     assert (users["verifier"]["publish"], users["verifier"]["subscribe"]) == ([], [VERIFY_SUBJECT, "_INBOX.verifier.>"])
-    assert users["executor"]["subscribe"] == [SOLVE_SUBJECT, ROLLOUT_SUBJECT, "_INBOX.executor.>"]
+    assert users["executor"]["subscribe"] == [SOLVE_SUBJECT, ROLLOUT_SUBJECT, f"{CANCEL_SUBJECT_PREFIX}.>",
+                                              "_INBOX.executor.>"]  # fmt: skip
+    cancels = [s for s in users["client"]["publish"] if s.startswith(CANCEL_SUBJECT_PREFIX)]
+    assert cancels == [cancel_subject("client", ">")]  # a role cancels only the tasks it owns (issue 19, item 3)
     wanted = {PLAN_SUBJECT, WORK_SUBJECT, VERIFY_SUBJECT, f"{PROGRESS_SUBJECT_PREFIX}.>",
               f"{RESULT_SUBJECT_PREFIX}.>", f"{DEAD_SUBJECT_PREFIX}.>"}
     assert wanted <= set(users["executor"]["publish"])
