@@ -1,14 +1,19 @@
 """Executor service: solve requests from ``conductor.solve`` (request/reply), the learner's rollout batches from
 ``conductor.rollout`` (request/reply) and, when durable, tasks from the JetStream work queue
-``conductor.tasks.submit``."""
+``conductor.tasks.submit``; their owners' cancels from ``conductor.cancel.<owner>.<task_id>`` (every replica)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
+import msgspec
+import nats.errors
 import structlog
 from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, NatsBroker, NatsMessage, NatsRouter, PullSub
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from opentelemetry.trace import SpanKind
 
 from conductor import metrics, tracing
@@ -17,8 +22,9 @@ from conductor.credentials import user_of
 from conductor.endpoints import serve
 from conductor.pool import Pool, load_pool
 from schemas.rollout import ROLLOUT, RolloutBatch, RolloutBatchResult
-from schemas.solve import SOLVE, SOLVE_SUBJECT, SolveRequest, SolveResult
+from schemas.solve import CANCEL, SOLVE, SOLVE_SUBJECT, CancelRequest, SolveRequest, SolveResult
 from schemas.tasks import INTAKE_CONSUMER, Names
+from services.executor.cancels import Cancels, parse_subject
 from services.executor.config import ExecutorSettings
 from services.executor.core import Executor
 from services.executor.intake import PULL_EXPIRY_S, Intake, admission
@@ -43,6 +49,8 @@ class ExecutorService:
         self.store: TaskStore | None = None
         self.intake: Intake | None = None
         self.rollouts: Rollouts | None = None
+        self.cancels = Cancels()
+        self._cancel_sub: Subscription | None = None
         self.router = NatsRouter()
         common = settings.common
         self.endpoints = [
@@ -82,9 +90,16 @@ class ExecutorService:
         if self.settings.durable:
             self.store = TaskStore(broker.connection.jetstream(), self.names, self.settings.store)
             await self.store.ensure()
-            self.intake = Intake(self.executor, self.store, self.settings.intake)
+            self.intake = Intake(self.executor, self.store, self.settings.intake, self.cancels)
+        if broker is not None:  # (a test may start the service on a transport of its own, without a broker)
+            subject = self.settings.common.subject_prefix + CANCEL.subject(owner="*", task_id=">")
+            self._cancel_sub = await broker.connection.subscribe(subject, cb=self.handle_cancel)
 
     async def stop(self) -> None:
+        if self._cancel_sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._cancel_sub.unsubscribe()
+            self._cancel_sub = None
         self.executor = self.intake = self.store = self.rollouts = None
 
     async def handle_solve(self, req: SolveRequest) -> SolveResult:
@@ -93,10 +108,27 @@ class ExecutorService:
         checkpoint = None
         if self.store is not None and self.settings.checkpoint_request_reply:
             checkpoint = self.store.save_checkpoint
-        result = await self.executor.solve(req, checkpoint=checkpoint)
+        with self.cancels.watch(req) as cancel:
+            result = await self.executor.solve(req, checkpoint=checkpoint, cancel=cancel)
         log.info("task finished", task_id=result.task_id, error=result.error and result.error.code)
         metrics.task_finished(result, SOLVE_SUBJECT)
         return result
+
+    async def handle_cancel(self, msg: Msg) -> None:
+        """A task's owner asks it to stop (services/executor/cancels.py). The owner is the subject's, which only
+        that role may publish on; a payload naming another task than its subject is not believed."""
+        where = parse_subject(msg.subject, self.settings.common.subject_prefix)
+        try:
+            ask = msgspec.json.decode(msg.data, type=CancelRequest)
+        except msgspec.DecodeError as exc:
+            log.warning("undecodable cancel ignored", subject=msg.subject, error=str(exc))
+            return
+        if where is None or where[1] != ask.task_id:
+            log.warning("cancel for another task than its subject's ignored", subject=msg.subject, task_id=ask.task_id)
+            return
+        owner, task_id = where
+        if self.cancels.cancel(owner, task_id, ask.reason):
+            log.info("task cancelled by its owner", task_id=task_id, owner=owner, reason=ask.reason)
 
     async def handle_rollout(self, batch: RolloutBatch) -> RolloutBatchResult:
         """Score a batch of the learner's completions, results in the batch's order (services/executor/rollouts.py)."""

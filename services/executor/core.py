@@ -39,6 +39,7 @@ from schemas.usage import Usage, UsageSummary
 from schemas.verify import Outcome, Reference, TextReference, Verdict, VerifyBatch, VerifyRequest
 from schemas.work import WorkReply, WorkRequest
 from services.executor.budget import BudgetMeter, merge_budget
+from services.executor.cancels import Cancel
 from services.executor.checkpoints import checkpoint_error
 from services.executor.config import ExecutorSettings
 from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
@@ -183,13 +184,15 @@ class Executor:
         checkpoint: Checkpointer | None = None,
         durable: bool = False,
         started_at: float | None = None,
+        cancel: Cancel | None = None,
     ) -> SolveResult:
         """Run a task to its result. ``resume`` continues a checkpointed task if it may be resumed for ``req``
         (``resumable``; else the task starts afresh from ``req``); ``checkpoint`` is called with the
         task's state after every plan and every finished step (serialised, never concurrently). ``durable`` marks a
         task that can be redelivered, so its worker calls are made idempotent by (task, round, step).
         ``started_at`` (unix seconds) is when the task first started, in an earlier delivery perhaps: wall-time
-        budgets and ``latency_s`` count from it."""
+        budgets and ``latency_s`` count from it. ``cancel``, once set by the task's owner (services/executor/
+        cancels.py), stops it like a spent budget: no further call starts, the result carries what ran."""
         started = time.monotonic()
         task_id = req.task_id or (resume.task_id if resume else None) or uuid.uuid4().hex
         error = validate(req, self.pool, self.settings)
@@ -201,7 +204,9 @@ class Executor:
             state.started_at = started_at
             state.wall_offset_s = max(0.0, time.time() - started_at)
         source = PlannerSource(self.transport, self.settings.plan_timeout_s)
-        return await self.execute(state, source, started=started, checkpoint=checkpoint, durable=durable)
+        return await self.execute(
+            state, source, started=started, checkpoint=checkpoint, durable=durable, cancel=cancel
+        )
 
     def resumable(self, cp: TaskCheckpoint | None, req: SolveRequest) -> TaskCheckpoint | None:
         """``cp`` when it may be resumed for the delivered ``req`` (services/executor/checkpoints.py); else None,
@@ -226,13 +231,14 @@ class Executor:
         first_round: int = 0,
         checkpoint: Checkpointer | None = None,
         durable: bool = False,
+        cancel: Cancel | None = None,
     ) -> SolveResult:
         """Run a validated task whose workflows come from ``source`` — the path solves and rollouts share.
         ``first_round`` numbers the first round run here (a rollout of the n-th recursive call runs round n);
         ``started`` (monotonic) is when this delivery began, for ``latency_s``; unset: now."""
         started = time.monotonic() if started is None else started
         task_id = state.task_id
-        run = _TaskRun(self, state, source, checkpoint, durable=durable, first_round=first_round)
+        run = _TaskRun(self, state, source, checkpoint, durable=durable, first_round=first_round, cancel=cancel)
         with (
             structlog.contextvars.bound_contextvars(task_id=task_id),
             tracing.span("task", attributes={"conductor.task_id": task_id, "conductor.durable": durable}),
@@ -262,6 +268,7 @@ class _TaskRun:
         *,
         durable: bool,
         first_round: int = 0,
+        cancel: Cancel | None = None,
     ) -> None:
         self.ex = ex
         self.source = source
@@ -278,10 +285,13 @@ class _TaskRun:
         self._checkpoint = checkpoint
         self._save_lock = asyncio.Lock()
         self.deadline = current_deadline()  # the solve's requester's, when it sent one (conductor/liveness.py)
+        self.cancel = cancel or Cancel()
 
     def _halt(self) -> ErrorInfo | None:
-        """Why no further paid call may start: a budget ran out, or the requester's deadline passed (an abandoned
-        solve: nobody will read its result, so nothing more is spent on it)."""
+        """Why no further paid call may start: its owner cancelled the task, a budget ran out, or the requester's
+        deadline passed (an abandoned solve: nobody will read its result, so nothing more is spent on it)."""
+        if (cancelled := self.cancel.error()) is not None:
+            return cancelled
         if (reason := self.meter.exceeded()) is not None:
             return _budget_error(reason)
         if expired(self.deadline):
@@ -303,7 +313,8 @@ class _TaskRun:
         st = self.state
         error = await self._run_rounds()
         parsed = policy_parsed(st.rounds)
-        verdict = await self._verify() if parsed is not False or self.source.verify_unparsed else None
+        wanted = self.cancel.reason is None and (parsed is not False or self.source.verify_unparsed)
+        verdict = await self._verify() if wanted else None  # a cancelled task's verdict has no reader
         if isinstance(verdict, ErrorInfo):  # the verifier is down: no verdict yet, the task is retried later
             error, verdict = verdict, None
         return SolveResult(
@@ -581,5 +592,8 @@ def _skipped(i: int, wf: Workflow, workers: Sequence[WorkerSpec]) -> StepRecord:
         worker=workers[wf.model_id[i]].name,
         subtask=wf.subtasks[i],
         access=wf.access_list[i],
-        error=ErrorInfo(code=ErrorCode.SKIPPED, message="step not run: an earlier step failed or the budget ran out"),
+        error=ErrorInfo(
+            code=ErrorCode.SKIPPED,
+            message="step not run: an earlier step failed, the budget ran out or the task was stopped",
+        ),
     )

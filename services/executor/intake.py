@@ -12,6 +12,7 @@ FastStream's default for NATS drops a message whose handler raises; here every o
 | transient failure (unavailable, retryable worker err)| checkpoint kept, nak with backoff (resumes later)   |
 | transient failures lasting past the retry horizon    | dead letter (task, error chain, attempts) + result  |
 | (backstop) a transient failure on delivery MaxDeliver| dead letter + result, as above                      |
+| cancelled by its owner (executor/cancels.py)         | result stored (what ran, error ``cancelled``), ack  |
 | crash / lost connection mid-task                     | no ack: redelivered after AckWait, resumes          |
 | shutdown outlasting the drain timeout (cancelled)    | nak (2 s delay): redelivered soon, resumes          |
 
@@ -45,6 +46,7 @@ from conductor.wire import WireError, decode
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import SolveRequest, SolveResult
 from schemas.tasks import SUBMIT_SUBJECT, DeadLetter, TaskCheckpoint
+from services.executor.cancels import Cancels
 from services.executor.config import IntakeSettings
 from services.executor.core import Executor
 from services.executor.store import TaskStore
@@ -116,10 +118,13 @@ def start_of(cp: TaskCheckpoint | None, msg: Msg, now: float) -> float:
 
 
 class Intake:
-    def __init__(self, executor: Executor, store: TaskStore, settings: IntakeSettings) -> None:
+    def __init__(
+        self, executor: Executor, store: TaskStore, settings: IntakeSettings, cancels: Cancels | None = None
+    ) -> None:
         self.executor = executor
         self.store = store
         self.settings = settings
+        self.cancels = cancels or Cancels()
 
     async def handle(self, msg: Msg) -> None:
         delivered = msg.metadata.num_delivered
@@ -180,9 +185,11 @@ class Intake:
         finished = asyncio.Event()
         heartbeat = asyncio.create_task(self._keep_alive(msg, finished))
         try:
-            return await self.executor.solve(
-                req, resume=resume, checkpoint=self.store.save_checkpoint, durable=True, started_at=started_at
-            )
+            with self.cancels.watch(req) as cancel:
+                return await self.executor.solve(
+                    req, resume=resume, checkpoint=self.store.save_checkpoint, durable=True, started_at=started_at,
+                    cancel=cancel,
+                )  # fmt: skip
         except asyncio.CancelledError:
             # Shutdown outlasted the drain timeout: hand the task back now (it resumes from its last checkpoint
             # on any replica) rather than leaving it to AckWait.

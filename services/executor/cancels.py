@@ -1,0 +1,93 @@
+"""Cancelling running tasks (issue 19, item 3): a ``CancelRequest`` on ``conductor.cancel.<owner>.<task_id>``
+(schemas/solve.py ``CANCEL``) stops the task whose request names that ``owner`` and id.
+
+Only the owner role may publish on its subjects (conductor/access.py), so who sent a cancel is read from the
+subject, never from the payload; a task whose request names no owner cannot be cancelled. Every executor replica
+hears every cancel (no queue group): the one running the task marks it, and the task starts no further plan or
+worker call (``_TaskRun._halt``); the call already running finishes and is paid for, and the result carries it.
+A cancel that finds no running task is remembered for ``REMEMBER_S`` (a durable task still queued, a solve still
+waiting for a slot), so the task stops before its first call when it starts.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.solve import CANCEL_SUBJECT_PREFIX, SolveRequest
+
+REMEMBER_S = 600.0  # the gateway's default solve timeout: it stops repeating a cancel after that
+REMEMBER_MAX = 10_000  # cancels remembered at once; the oldest are forgotten first
+
+
+class Cancel:
+    """One running task's cancellation: set once, by its owner."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def set(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason or "no reason given"
+
+    def error(self) -> ErrorInfo | None:
+        if self.reason is None:
+            return None
+        message = f"cancelled by its owner ({self.reason}); no further calls made"
+        return ErrorInfo(code=ErrorCode.CANCELLED, message=message)
+
+
+def parse_subject(subject: str, prefix: str) -> tuple[str, str] | None:
+    """(owner, task_id) of a cancel subject under ``prefix``; None for anything else. Task ids may hold dots."""
+    head = prefix + CANCEL_SUBJECT_PREFIX + "."
+    if not subject.startswith(head):
+        return None
+    owner, _, task_id = subject.removeprefix(head).partition(".")
+    return (owner, task_id) if owner and task_id else None
+
+
+class Cancels:
+    """The cancellable tasks running in this executor, and recent cancels that found none."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._running: dict[tuple[str, str], list[Cancel]] = {}
+        self._asked: collections.OrderedDict[tuple[str, str], tuple[float, str]] = collections.OrderedDict()
+
+    @contextlib.contextmanager
+    def watch(self, req: SolveRequest) -> Iterator[Cancel]:
+        """The cancellation of ``req`` while it runs (one that can never be set when it names no owner or id)."""
+        cancel = Cancel()
+        if req.owner is None or req.task_id is None:
+            yield cancel
+            return
+        key = (req.owner, req.task_id)
+        asked = self._asked.pop(key, None)
+        if asked is not None and asked[0] > self._clock():
+            cancel.set(asked[1])
+        self._running.setdefault(key, []).append(cancel)
+        try:
+            yield cancel
+        finally:
+            running = self._running[key]
+            running.remove(cancel)
+            if not running:
+                del self._running[key]
+
+    def cancel(self, owner: str, task_id: str, reason: str) -> bool:
+        """Mark the owner's running task ``task_id`` cancelled; True if one runs here, else remember the cancel."""
+        running = self._running.get((owner, task_id))
+        if running:
+            for cancel in running:
+                cancel.set(reason)
+            return True
+        self._asked[(owner, task_id)] = (self._clock() + REMEMBER_S, reason)
+        self._asked.move_to_end((owner, task_id))
+        while len(self._asked) > REMEMBER_MAX:
+            self._asked.popitem(last=False)
+        return False
