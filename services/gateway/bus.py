@@ -1,5 +1,6 @@
-"""The gateway's side of NATS: a solve (request/reply, with optional progress events) or a durable submission,
-always through the public solve API — the gateway is a client like any other, with no access to internals."""
+"""The gateway's side of NATS: a solve (request/reply, with optional progress events) or a durable submission, and
+the cancel of a task whose client hung up — always through the public solve API: the gateway is a client like any
+other (the NATS role ``gateway``, the ``owner`` of its tasks), with no access to internals."""
 
 from __future__ import annotations
 
@@ -19,7 +20,15 @@ from conductor.endpoints import Requester
 from conductor.liveness import ResponderLost
 from conductor.settings import CommonSettings
 from conductor.wire import encode
-from schemas.solve import SOLVE_SUBJECT, ProgressEvent, SolveRequest, SolveResult, progress_subject
+from schemas.solve import (
+    SOLVE_SUBJECT,
+    CancelRequest,
+    ProgressEvent,
+    SolveRequest,
+    SolveResult,
+    cancel_subject,
+    progress_subject,
+)
 from services.gateway.errors import GatewayError
 
 _result_dec = msgspec.json.Decoder(SolveResult)
@@ -80,8 +89,8 @@ class Bus:
     async def solve(self, req: SolveRequest, timeout: float) -> SolveResult:
         """Request/reply solve with liveness (conductor/liveness.py): the executor beats while it works, so one
         that dies mid-task is a 503 in seconds, not a wait of ``timeout``; the deadline travels with the request,
-        so no step starts after the gateway stopped waiting. Cancelling the caller (a client that hung up) drops
-        the pending reply (``Requester`` cleans up in ``finally``); the executor finishes the running step."""
+        so no step starts after the gateway stopped waiting. A client that hangs up does not end this wait: the task
+        is cancelled (``cancel``) and its result, with what ran, still comes here to be settled."""
         try:
             msg = await self._requests.request(
                 self._solve, encode(req), timeout=timeout, beat_s=BEAT_S, misses=BEAT_MISSES, deadline=time.time() + timeout
@@ -97,8 +106,8 @@ class Bus:
         return _decoded(msg.data)
 
     async def solve_durable(self, req: SolveRequest, timeout: float) -> SolveResult:
-        """Submit to the JetStream task queue (deduplicated by task id), then wait for the stored result. A client
-        that goes away loses nothing: the task runs to its result, which ``result`` reads later."""
+        """Submit to the JetStream task queue (deduplicated by task id), then wait for the stored result (also a
+        cancelled task's: what ran, stored like any result)."""
         try:
             task_id = await self._client.submit(req)
         except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
@@ -114,6 +123,11 @@ class Bus:
             raise pending(task_id) from exc
         except msgspec.DecodeError as exc:
             raise undecodable(exc) from exc
+
+    async def cancel(self, owner: str, task_id: str, reason: str) -> None:
+        """Ask the executor running ``task_id`` to stop it (schemas/solve.py ``CANCEL``); best effort."""
+        subject = self._settings.subject(cancel_subject(owner, task_id))
+        await self._nc.publish(subject, encode(CancelRequest(task_id=task_id, reason=reason)))
 
     @contextlib.asynccontextmanager
     async def progress(self, task_id: str) -> AsyncIterator[asyncio.Queue[ProgressEvent]]:

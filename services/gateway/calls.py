@@ -1,6 +1,12 @@
 """A task's call from the gateway, from admission to settlement: counted against its key's limits and holding its
 spend (services/gateway/quota.py), run on the bus, and settled exactly once whatever becomes of the HTTP request
-(issue 19, item 3) — charged with what it cost when its result comes, the hold released when it fails."""
+(issue 19, item 3) — charged with what it cost when its result comes, the hold released when it fails.
+
+A client that hangs up (streamed or not, request/reply or durable) cancels its task: the gateway sends the
+executor a cancel (schemas/solve.py ``CANCEL``; it owns its tasks), no further worker call starts, and the result —
+what ran, with its usage — still comes back to the call, which settles the key's hold with it. Hanging up thus
+spends nothing free and nothing more.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,15 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 import msgspec
+import nats.errors
 import structlog
 
 from conductor import metrics
+from conductor.access import GATEWAY
 from schemas.solve import Budget, SolveRequest, SolveResult
 from services.gateway.bus import Bus
 from services.gateway.config import GatewaySettings
@@ -22,31 +31,49 @@ from services.gateway.keys import ApiKey
 from services.gateway.quota import Hold, Quotas
 
 log = structlog.get_logger("conductor.gateway")
+CANCEL_REPEAT_S = 2.0
+"""How often a cancel is sent again while the task's result has not come: a cancel is core NATS (best effort), and
+one sent before the task reached an executor that has not heard it (one started since) would be lost."""
+HUNG_UP = "the HTTP client hung up"
+T = TypeVar("T")
 
 
 class Call:
-    """One running task. Whoever waits for it waits through ``result``; the task itself is never cancelled by a
-    waiter that goes away."""
+    """One running task. Whoever waits for it waits through ``result``; a waiter that goes away never cancels the
+    asyncio task that waits for the result (it must settle), it cancels the solve on the executor (``hang_up``)."""
 
-    def __init__(self, key: ApiKey, task: asyncio.Task[SolveResult]) -> None:
+    def __init__(self, key: ApiKey, task_id: str, task: asyncio.Task[SolveResult], calls: Calls) -> None:
         self.key = key
+        self.task_id = task_id
         self.task = task
+        self._calls = calls
         self._hung_up = False
 
     async def result(self) -> SolveResult:
-        """The task's result. A waiter cancelled here (a client that hung up) leaves the task to finish and settle."""
+        """The task's result. A waiter cancelled here (a client that hung up) cancels the task, whose result, with
+        what ran until then, still settles the call."""
         try:
             return await asyncio.shield(self.task)
         except asyncio.CancelledError:
-            if not self.task.done():
-                self.hang_up()
+            self.hang_up()
             raise
 
     def hang_up(self) -> None:
-        """The client went away before its answer was sent: counted once; the task runs on and is paid for."""
-        if not self._hung_up:
-            self._hung_up = True
-            metrics.GATEWAY_DISCONNECTS.labels(self.key.name).inc()
+        """The client went away before its answer was sent: counted, and the task cancelled, once."""
+        if self._hung_up or self.task.done():
+            return
+        self._hung_up = True
+        metrics.GATEWAY_DISCONNECTS.labels(self.key.name).inc()
+        self._calls.background(self._cancel())
+
+    async def _cancel(self) -> None:
+        """Ask the executor to stop the task, again every ``CANCEL_REPEAT_S`` until its result is in."""
+        while not self.task.done():
+            try:
+                await self._calls.bus.cancel(GATEWAY, self.task_id, HUNG_UP)
+            except nats.errors.Error as exc:  # a lost connection: the next try, or the result, settles it
+                log.warning("cancel not sent", task_id=self.task_id, error=repr(exc))
+            await asyncio.wait({self.task}, timeout=CANCEL_REPEAT_S)
 
 
 class Calls:
@@ -54,7 +81,7 @@ class Calls:
         self.settings = settings
         self.quotas = quotas
         self.bus = bus
-        self._running: set[asyncio.Task[SolveResult]] = set()  # calls in flight, settled when they end
+        self._running: set[asyncio.Task[Any]] = set()  # calls in flight and their cancels, until they end
 
     def task_id(self, key: ApiKey) -> str:
         """Task ids carry a tag of the key that made them, so a key can fetch only its own durable tasks."""
@@ -89,10 +116,15 @@ class Calls:
             await self.settle(key, hold, result)
             return result
 
-        task = asyncio.create_task(call())
+        return Call(key, solve.task_id or "", self.background(call()), self)
+
+    def background(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``work`` to its end whatever becomes of the request that started it (asyncio keeps only weak
+        references to tasks: this set is what keeps them)."""
+        task = asyncio.create_task(work)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
-        return Call(key, task)
+        return task
 
     async def settle(self, key: ApiKey, hold: Hold | None, result: SolveResult | None) -> None:
         if result is not None:

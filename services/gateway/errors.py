@@ -62,6 +62,7 @@ _STATUS: dict[ErrorCode, tuple[int, str]] = {
     ErrorCode.FORMAT_ERROR: (502, "upstream_error"),
     ErrorCode.VERIFIER_ERROR: (502, "upstream_error"),
     ErrorCode.SKIPPED: (502, "upstream_error"),
+    ErrorCode.CANCELLED: (409, "cancelled"),  # a durable task fetched after its client hung up (calls.py)
     ErrorCode.INTERNAL: (500, "server_error"),
 }
 RETRY_AFTER_S = 1

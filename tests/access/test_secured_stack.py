@@ -15,7 +15,7 @@ import pytest
 from conductor.client import ConductorClient
 from conductor.endpoints import Endpoint, EndpointServer, Requester
 from conductor.settings import CommonSettings
-from tests.access.conftest import GATEWAY_PORT
+from tests.access.conftest import GATEWAY_PORT, services_on
 from tests.stack_round_trip import QUESTION, solve_submit_and_chat
 
 pytestmark = pytest.mark.nats
@@ -118,3 +118,29 @@ async def test_a_call_claimed_by_another_replica_is_awaited_through_the_ledger(s
     assert [r.error for r in replies] == [None] * len(replies)
     assert sum(r.replayed for r in replies) == len(calls)  # each call paid once, its twin replayed
     assert "Violation" not in secured.log()[before:]
+
+
+async def test_a_hang_up_cancels_the_task_through_the_gateways_own_subject(secured, tmp_path):
+    """Issue 19, item 3 on a secured server: the gateway cancels its hung-up task on conductor.cancel.gateway.<id>,
+    which its user alone may publish and every executor hears; the task stops, and nothing is refused."""
+    import aiohttp
+
+    from conductor import metrics
+    from tests.conductor.scrape import delta, parse
+    from tests.gateway.conftest import slow_pool
+
+    before_log = len(secured.log())
+    async with services_on(secured, CONDUCTOR_POOL=str(slow_pool(tmp_path, 1.0))):
+        before = after = parse(metrics.exposition().decode())
+        body = json.dumps({"model": "refine:3", "messages": [{"role": "user", "content": QUESTION}]})
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(TimeoutError):  # hang up while the first of three 1-second steps runs
+                await asyncio.wait_for(http.post(f"http://127.0.0.1:{GATEWAY_PORT}/v1/chat/completions", data=body), 0.6)
+        for _ in range(100):
+            after = parse(metrics.exposition().decode())
+            if delta(before, after, "conductor_tasks_total", outcome="cancelled"):
+                break
+            await asyncio.sleep(0.1)
+    assert delta(before, after, "conductor_tasks_total", outcome="cancelled") == 1
+    assert delta(before, after, "conductor_worker_calls_total") < 3
+    assert "Violation" not in secured.log()[before_log:]

@@ -1,5 +1,6 @@
 """A running system for gateway tests: real nats-server, executor, planner (MoA baseline), sim workers, verifier,
-and the gateway on a free port with a keys file of three keys (open, rate-limited, spend-limited)."""
+and the gateway on a free port with a keys file of five keys (open, rate-limited, spend-limited, with a small
+reservation, and metered: a limit it never reaches, so its spend is recorded)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class Gateway:
     limited_key: str
     spend_key: str
     reserved_key: str
+    metered_key: str
     service: GatewayService
     prefix: str
 
@@ -42,18 +44,20 @@ def slow_pool(tmp_path: Path, latency_s: float) -> Path:
     return path
 
 
-def keys_file(tmp_path: Path) -> tuple[Path, str, str, str, str]:
+def keys_file(tmp_path: Path) -> tuple[Path, str, str, str, str, str]:
     key, entry = new_key("open")
     limited, limited_entry = new_key("limited")
     spender, spend_entry = new_key("spender")
     reserved, reserved_entry = new_key("reserved")
+    metered, metered_entry = new_key("metered")
     limited_entry = type(limited_entry)(name="limited", sha256=limited_entry.sha256, rpm=2)
     spend_entry = type(spend_entry)(name="spender", sha256=spend_entry.sha256, spend_usd_per_day=1e-9)
     reserved_entry = type(reserved_entry)(name="reserved", sha256=reserved_entry.sha256, spend_usd_per_day=0.0003,
                                           reserve_usd=0.00005)  # fmt: skip
+    metered_entry = type(metered_entry)(name="metered", sha256=metered_entry.sha256, spend_usd_per_day=100.0)
     path = tmp_path / "keys.toml"
-    path.write_text("".join(entry_toml(e) for e in (entry, limited_entry, spend_entry, reserved_entry)))
-    return path, key, limited, spender, reserved
+    path.write_text("".join(entry_toml(e) for e in (entry, limited_entry, spend_entry, reserved_entry, metered_entry)))
+    return path, key, limited, spender, reserved, metered
 
 
 async def start_gateway(nats_url, prefix, tmp_path, *, pool: Path | None = None, services=("executor", "planner", "worker-adapter", "verifier"), **overrides):
@@ -61,11 +65,12 @@ async def start_gateway(nats_url, prefix, tmp_path, *, pool: Path | None = None,
     if pool is not None:
         env["CONDUCTOR_POOL"] = str(pool)
     common = CommonSettings.from_env(env)
-    path, key, limited, spender, reserved = keys_file(tmp_path)
+    path, key, limited, spender, reserved, metered = keys_file(tmp_path)
     settings = GatewaySettings(common=common, port=0, keys_file=path, **overrides)
     gateway = GatewayService(settings)
     return running([*create_services(list(services), env), gateway], common, name="gw-test"), Gateway(
-        url="", key=key, limited_key=limited, spend_key=spender, reserved_key=reserved, service=gateway, prefix=prefix
+        url="", key=key, limited_key=limited, spend_key=spender, reserved_key=reserved, metered_key=metered,
+        service=gateway, prefix=prefix,
     )
 
 

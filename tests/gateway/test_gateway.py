@@ -7,11 +7,15 @@ import asyncio
 import json
 
 import aiohttp
+import msgspec
+import nats
 import openai
 import pytest
 
 from conductor import metrics
-from tests.conductor.scrape import parse, value
+from schemas.tasks import Names
+from services.gateway.quota import KeyLoad
+from tests.conductor.scrape import delta, parse, value
 from tests.gateway.conftest import QUESTION, slow_pool, start_gateway
 
 pytestmark = pytest.mark.nats
@@ -184,45 +188,63 @@ async def test_no_executor_means_503_with_retry_after(nats_url, subject_prefix, 
                 pass
 
 
-@pytest.mark.parametrize("stream", [True, False])
-async def test_client_disconnect_mid_task_is_still_charged(nats_url, subject_prefix, tmp_path, stream):
-    """Issue 19, item 3: the client leaves while the task runs (streamed or not). The request ends at once (no
-    in-flight request), the executor finishes the task, and the key is charged for its calls and dollars — hanging
-    up spends nothing free; afterwards nothing is left waiting."""
-    ctx, gw = await start_gateway(nats_url, subject_prefix, tmp_path, pool=slow_pool(tmp_path, 0.6), keepalive_s=0.1)
+async def _settled(nats_url: str, gw, key: str) -> KeyLoad:
+    """The key's quota record once its request settled: no hold left and something spent (waits up to 20 s)."""
+    nc = await nats.connect(nats_url)
+    try:
+        kv = await nc.jetstream().key_value(Names.for_prefix(gw.prefix).gateway_quota_bucket)
+        for _ in range(200):
+            load = msgspec.json.decode((await kv.get(key)).value, type=KeyLoad)
+            if not load.holds and load.spend_usd > 0:
+                return load
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"never settled: {load}")
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize(("stream", "durable"), [(True, False), (False, False), (False, True)],
+                         ids=["streamed", "plain", "durable"])  # fmt: skip
+async def test_a_hang_up_cancels_the_task_and_the_key_pays_for_what_ran(nats_url, subject_prefix, tmp_path, stream,
+                                                                        durable):  # fmt: skip
+    """Issue 19, item 3: the client leaves while the first of three 1-second steps runs (streamed or not, on the
+    request/reply path or the durable one). The gateway cancels the task: the running step finishes, no further
+    worker call is made, and the key is charged exactly what the calls that ran cost. Failed before: the task ran
+    its three steps to the end for no one, and the key paid for all three."""
+    ctx, gw = await start_gateway(nats_url, subject_prefix, tmp_path, pool=slow_pool(tmp_path, 1.0), keepalive_s=0.1)
     async with ctx:
         gw.url = f"http://127.0.0.1:{gw.service.port}"
-        tasks_before = counter("conductor_tasks_total")
-        calls_before = counter("conductor_gateway_worker_calls_total", key="open")
+        before = parse(metrics.exposition().decode())
         body = json.dumps({"model": "refine:3", "messages": [{"role": "user", "content": QUESTION}], "stream": stream,
-                           "conductor_progress": stream})  # fmt: skip
+                           "conductor_progress": stream, "durable": durable})  # fmt: skip
         async with aiohttp.ClientSession() as http:
             if stream:
-                resp = await http.post(gw.url + "/v1/chat/completions", data=body, headers=_auth(gw.key))
+                resp = await http.post(gw.url + "/v1/chat/completions", data=body, headers=_auth(gw.metered_key))
                 assert resp.status == 200
-                await resp.content.readline()  # the role chunk: the task is running
-                resp.close()  # hang up mid-task
+                async for line in resp.content:  # role chunk, keep-alives, then the plan: the first step runs
+                    if b'"planned"' in line:
+                        break
+                else:
+                    raise AssertionError("the stream ended before the task was planned")
+                await asyncio.sleep(0.4)
+                resp.close()  # hang up mid-step
             else:
                 with pytest.raises(TimeoutError):
                     await asyncio.wait_for(http.post(gw.url + "/v1/chat/completions", data=body,
-                                                     headers=_auth(gw.key)), 0.5)  # fmt: skip
-        for _ in range(100):
-            if metrics.GATEWAY_IN_FLIGHT._value.get() == 0:
-                break
-            await asyncio.sleep(0.05)
-        assert metrics.GATEWAY_IN_FLIGHT._value.get() == 0
-        for _ in range(100):  # 3 steps of 0.6 s each
-            if counter("conductor_gateway_worker_calls_total", key="open") > calls_before:
-                break
-            await asyncio.sleep(0.1)
-        assert counter("conductor_tasks_total") == tasks_before + 1
-        assert counter("conductor_gateway_worker_calls_total", key="open") - calls_before == 3  # refine:3, all paid
-        assert gw.service.bus.pending() == 0
-        if stream:
-            assert counter("conductor_gateway_client_disconnects_total", key="open") >= 1
-        else:  # issue 19, item 7: a hang-up is counted as such (499), not as a server error
-            assert counter("conductor_gateway_requests_total", key="open", status="499", stream="false") >= 1
-            assert counter("conductor_gateway_requests_total", key="open", status="500", stream="false") == 0
+                                                     headers=_auth(gw.metered_key)), 0.6)  # fmt: skip
+        load = await _settled(nats_url, gw, "metered")
+        await asyncio.sleep(1.5)  # longer than a step: a call started after the hang-up would have finished by now
+        after = parse(metrics.exposition().decode())
+        ran = delta(before, after, "conductor_worker_calls_total")
+        assert 1 <= ran < 3, ran  # the step running at the hang-up (two if it ended just then), never the third
+        assert load.spend_usd == pytest.approx(delta(before, after, "conductor_cost_usd_total"), rel=1e-6)
+        assert delta(before, after, "conductor_gateway_worker_calls_total", key="metered") == ran
+        assert delta(before, after, "conductor_tasks_total", outcome="cancelled") == 1
+        assert metrics.GATEWAY_IN_FLIGHT._value.get() == 0 and gw.service.bus.pending() == 0
+        assert delta(before, after, "conductor_gateway_client_disconnects_total", key="metered") == 1
+        if not stream:  # issue 19, item 7: a hang-up is counted as such (499), not as a server error
+            assert delta(before, after, "conductor_gateway_requests_total", key="metered", status="499") == 1
+            assert delta(before, after, "conductor_gateway_requests_total", key="metered", status="500") == 0
 
 
 async def test_executor_killed_mid_task_is_a_503_in_seconds_not_the_solve_timeout(nats_url, subject_prefix, tmp_path):

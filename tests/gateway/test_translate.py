@@ -92,6 +92,7 @@ def test_errors_map_to_openai_statuses():
     assert error_from(ErrorInfo(code=ErrorCode.BUDGET_EXCEEDED, message="x")).status == 422
     assert error_from(ErrorInfo(code=ErrorCode.WORKER_ERROR, message="x", retryable=True)).status == 502
     assert error_from(ErrorInfo(code=ErrorCode.INTERNAL, message="x")).status == 500
+    assert error_from(ErrorInfo(code=ErrorCode.CANCELLED, message="x")).status == 409  # its client hung up
 
 
 def test_completion_body_carries_usage_dollars_and_calls():
