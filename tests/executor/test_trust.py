@@ -53,7 +53,7 @@ async def test_access_to_a_later_step_is_a_typed_error_not_a_deadlock(access):
     assert res.reward == 0.0  # the policy wrote an invalid workflow (docs/method.md §3)
 
 
-@pytest.mark.parametrize("model_id", [-1, 4, 99])
+@pytest.mark.parametrize("model_id", [-1, 5, 99])  # the demo pool: five workers, 0..4
 async def test_a_model_id_outside_the_pool_view_calls_no_worker(model_id):
     """Failed before: -1 silently ran the view's last worker; 99 was an internal ``IndexError``."""
     t = ScriptedTransport([wf([0, model_id], [[], "all"])])
