@@ -32,10 +32,10 @@ from evaluation.bigcodebench import (
     run_reference,
     solution,
 )
-from evaluation.datasets import bigcodebench_reference
 from schemas.verify import Outcome, VerifyRequest
 from services.verifier.config import Settings
 from services.verifier.core import Verifier
+from tasks.datasets import bigcodebench_reference
 
 KINDS = ("canonical", "none", "perturbed")
 

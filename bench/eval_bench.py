@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._harness import NatsServer, Processes, report, tempdir
 from conductor.client import ConductorClient
 from conductor.settings import CommonSettings
-from evaluation import benchmarks, sim
 from evaluation.runner import Options, Runner, plan, request, run_id
 from evaluation.strategies import parse_strategies
+from tasks import registry, sim
 
 CONCURRENCY = (32, 128)
 ROUNDS = 3  # items per run = ROUNDS * concurrency: three waves of 1 s calls
@@ -74,7 +74,7 @@ async def bare(client: ConductorClient, jobs: list, concurrency: int, out: Path)
 
 
 async def measure(url: str, tmp: Path) -> dict[str, float]:
-    problems = benchmarks.load_benchmark("sim-train")
+    problems = registry.load_benchmark("sim:train")
     strategy = parse_strategies("single:sim-frontier", ["sim-frontier"])
     out: dict[str, float] = {}
     async with ConductorClient(CommonSettings(nats_url=url)) as client:

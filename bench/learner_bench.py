@@ -28,7 +28,7 @@ from services.learner.bridge import LoopThread  # noqa: E402
 from services.learner.config import load_config  # noqa: E402
 from services.learner.pipeline import grpo_stage  # noqa: E402
 from services.learner.rewards import ConductorReward  # noqa: E402
-from services.learner.stream import load_run_pool, problems  # noqa: E402
+from services.learner.stream import load_run_pool, problems, shares  # noqa: E402
 from services.learner.telemetry import read_lines  # noqa: E402
 
 STEPS = 12
@@ -36,8 +36,8 @@ SKIP = 2  # warm-up steps left out of the medians
 
 
 def run(config, model: Path, score, out: Path) -> list[dict]:
-    train, pool = problems(config, "train"), load_run_pool(config)
-    grpo_stage(config, model, train, pool, ConductorReward(score, config), out, resume=False, note=lambda *_: None)
+    mix, pool = shares(config, "train"), load_run_pool(config)
+    grpo_stage(config, model, mix, pool, ConductorReward(score, config), out, resume=False, note=lambda *_: None)
     return [line for line in read_lines(out / "metrics.jsonl") if line["stage"] == "grpo"][SKIP:]
 
 

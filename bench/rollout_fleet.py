@@ -3,7 +3,7 @@
 A secured nats-server (each process connects as its own NATS user, as deployed), one process serving the
 worker-adapter and the verifier, executor replicas added as wanted (``add_executors``), each with its own
 metrics port, and the learner's own client path: ``RolloutClient`` over ``nats_transport``, connected as the
-``learner`` user. The workers are the sim family's five (evaluation/data/sim_pool.toml) with a fixed latency per
+``learner`` user. The workers are the sim family's five (tasks/data/sim_pool.toml) with a fixed latency per
 call, so a rollout of k chained steps takes about k times that; the rollouts are sim train questions (math and
 mcq: code would run programs in the sandbox) with parseable completions of chained steps.
 """
@@ -26,11 +26,11 @@ from conductor.natsserver import NatsServer, free_port
 from conductor.pool import load_pool
 from conductor.settings import CommonSettings
 from conductor.workflow import render_completion
-from evaluation import sim
 from schemas.plan import Workflow
 from schemas.rollout import Rollout
 from services.learner.config import RolloutSection
 from services.learner.rollouts import RolloutClient, nats_transport
+from tasks import sim
 
 SUBTASKS = (
     "Solve the question step by step.",

@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.datasets import humaneval_canonical, load_humaneval
 from evaluation.mutants import mutate_completion
 from schemas.verify import TextReference, VerifyRequest
 from services.verifier.config import Settings
 from services.verifier.core import Verifier
+from tasks.datasets import humaneval_canonical, load_humaneval
 
 # (gold, response) pairs in the shapes MATH/AIME answers take; responses box the answer as a model would.
 MATH_PAIRS = [

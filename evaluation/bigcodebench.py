@@ -21,13 +21,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evaluation.datasets import read_rows
 from evaluation.mutants import mutate_completion
+from tasks.registry import fixture_dir
+from tasks.rows import read_rows
 
 # 300 real BigCodeBench tasks (task_id, prompts, canonical solution, test, libs as released). Source: the public
 # repository bigcode-project/bigcodebench-annotation, hf_data/BigCodeBench.jsonl.gz at commit
 # a3b89850db670d7302571142b881e4f85eef18e3; license Apache-2.0. Chosen at random with a fixed seed (of 1,140).
-SAMPLE = Path(__file__).parent / "fixtures" / "bigcodebench_sample.jsonl.gz"
+SAMPLE = fixture_dir() / "bigcodebench_sample.jsonl.gz"
 
 # The child: one module holding program and test, unittest over TestCases, one JSON line on the fd in argv[1].
 _DRIVER = r"""

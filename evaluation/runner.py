@@ -23,12 +23,12 @@ import nats.js.errors
 
 from conductor.client import ConductorClient, NoExecutorError, ResultNotReadyError, SolveTimeoutError
 from evaluation import records
-from evaluation.datasets import Problem
 from evaluation.errors import ServiceUnreachableError
 from evaluation.records import ItemResult, Key
 from evaluation.strategies import Strategy
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import SolveRequest, SolveResult
+from tasks.problem import Problem
 
 ITEMS_FILE = "items.jsonl"
 

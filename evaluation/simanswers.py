@@ -1,13 +1,13 @@
 """What the sim workers know about the fixture benchmarks, and the pool an eval run uses when none is given.
 
 Sim workers answer only questions in their dataset (services/worker_adapter/providers/sim.py). So that every
-benchmark fixture runs offline *and measures something*, ``evaluation/fixtures/sim_answers.jsonl`` holds, for each
+benchmark fixture runs offline *and measures something*, ``tasks/fixtures/sim_answers.jsonl`` holds, for each
 fixture question (as sent, format instruction included), a correct answer and wrong ones in the worker-dataset
 shape: the reference answer or another option letter for text, and for code a correct program (HumanEval's and
 BigCodeBench's canonical solutions, small hand-written ones for the LiveCodeBench fixture) and a mutant that the
 real verifier fails. Regenerate after changing a fixture: ``python -m evaluation.simanswers``.
 
-``run_pool`` writes, for one run, the sim pool's workers (evaluation/data/sim_pool.toml: same skills and prices)
+``run_pool`` writes, for one run, the sim pool's workers (tasks/data/sim_pool.toml: same skills and prices)
 over exactly the run's questions, so ``sim`` and fixture benchmarks can share one eval; its workers draw afresh
 per task (``vary_by_task``), so repeats differ as a real pool's would and the standard error is not a constant 0.
 """
@@ -22,11 +22,7 @@ import msgspec
 
 from conductor.answer_format import family_of
 from conductor.pool import parse_pool
-from evaluation import sim
-from evaluation.benchmarks import REGISTRY, fixture_dir, load_benchmark
-from evaluation.datasets import Problem, read_rows
 from evaluation.mutants import PERTURB, mutate_completion
-from evaluation.sim.family import WorkerRecord
 from schemas.verify import (
     FunctionalTestsReference,
     HumanEvalReference,
@@ -35,6 +31,11 @@ from schemas.verify import (
     TextReference,
     UnittestReference,
 )
+from tasks import sim
+from tasks.problem import Problem
+from tasks.registry import REGISTRY, benchmarks, fixture_dir, load_benchmark
+from tasks.rows import read_rows
+from tasks.sim.family import WorkerRecord
 
 ANSWERS_FILE = "sim_answers.jsonl"
 
@@ -79,7 +80,7 @@ def _method_mutant(program: str, func: str) -> str:
 def _canonical(benchmark: str) -> dict[str, str]:
     """task id -> canonical completion, from the published rows (HumanEval's package, BigCodeBench's fixture)."""
     if benchmark == "humaneval":
-        from evaluation.datasets import humaneval_canonical
+        from tasks.datasets import humaneval_canonical
 
         return humaneval_canonical()
     rows = read_rows(fixture_dir() / (REGISTRY[benchmark].fixture or ""))
@@ -124,7 +125,7 @@ def record(problem: Problem, canonical: dict[str, str]) -> WorkerRecord | None:
 
 def fixture_records() -> list[WorkerRecord]:
     records = []
-    for name in REGISTRY:
+    for name in benchmarks():
         canonical = _canonical(name) if name in {"humaneval", "bigcodebench-hard"} else {}
         records.extend(r for p in load_benchmark(name) if (r := record(p, canonical)) is not None)
     return records

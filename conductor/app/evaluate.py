@@ -33,17 +33,17 @@ from conductor.money import usd
 from conductor.natsserver import reachable
 from conductor.pool import Pool, PoolError, load_pool
 from conductor.settings import CommonSettings, SettingsError
-from evaluation import benchmarks, table
-from evaluation.datasets import DatasetError
+from evaluation import table
 from evaluation.errors import EvalError, ServiceUnreachableError
 from evaluation.records import ItemResult, Key
 from evaluation.report import write_report
 from evaluation.runner import Job, Options, Runner, plan
-from evaluation.sim import SimError
 from evaluation.simanswers import run_pool
 from evaluation.strategies import parse_strategies
+from tasks import registry
+from tasks.errors import TaskError
 
-BAD_INPUT = (EvalError, DatasetError, PoolError, SimError, SettingsError)
+BAD_INPUT = (EvalError, TaskError, PoolError, SettingsError)
 
 
 def _positive(text: str) -> int:
@@ -59,7 +59,7 @@ def _positive(text: str) -> int:
 
 def add_eval_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="run benchmarks × strategies through the services; table, results, report")
-    p.add_argument("--benchmark", required=True, help=f"comma-separated: {', '.join(benchmarks.names())}")
+    p.add_argument("--benchmark", required=True, help=f"comma-separated NAME[:SPLIT]: {', '.join(registry.names())}")
     p.add_argument("--strategy", default="conductor", help="comma-separated: conductor, single:NAME|*, moa[:K], "
                    "refine[:N][@NAME], consensus[:N][@NAME], worker:NAME; +rN adds recursion rounds")  # fmt: skip
     p.add_argument("--repeats", type=_positive, default=1)
@@ -148,7 +148,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    problems = _in_domains(benchmarks.load_all(_split(args.benchmark), _data_paths(args.data), hub=args.hub),
+    problems = _in_domains(registry.load_all(_split(args.benchmark), _data_paths(args.data), hub=args.hub),
                            _split(args.domains))  # fmt: skip
     external = not args.embedded and reachable(CommonSettings.from_env(env).nats_url)
     pool, pool_file = _pool(args, env, external, out, problems)

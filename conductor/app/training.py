@@ -57,6 +57,8 @@ def add_train_command(sub: Any) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in output.dir from its last checkpoint")
     p.add_argument("--local", action="store_true", help="start the rollout services (and NATS) in this process")
     p.add_argument("--output-dir", help="override output.dir")
+    p.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
+                   help="the file of every [[data.tasks]] entry NAME (NAME:test=PATH: its held-out file)")  # fmt: skip
     p.set_defaults(func=_cmd_train)
 
 
@@ -67,12 +69,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from services.learner import connect
     from services.learner.bridge import LoopThread
-    from services.learner.config import ConfigError, load_config
+    from services.learner.config import ConfigError, load_config, with_data
     from services.learner.pipeline import RunExistsError, run
     from services.learner.rollouts import RolloutError
+    from tasks.errors import TaskError
 
     try:
-        config = load_config(Path(args.config))
+        config = with_data(load_config(Path(args.config)), args.data)
     except ConfigError as exc:
         print(f"conductor train: {exc}", file=sys.stderr)
         return 2
@@ -86,7 +89,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 scorer = connect.remote(loop, config, CommonSettings.from_env(dict(os.environ)))
             with scorer as score:
                 stages = run(config, score, resume=args.resume, progress=bar.update)
-        except (ConfigError, RunExistsError, RolloutError) as exc:
+        except (ConfigError, TaskError, RunExistsError, RolloutError) as exc:
             print(f"conductor train: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
     print(json.dumps(_summary(stages), indent=2, default=str))

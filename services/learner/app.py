@@ -48,6 +48,7 @@ from schemas.tasks import Names
 from services.learner.config import ConfigError, LearnerConfig, parse_config
 from services.learner.rollouts import RolloutClient, RolloutError, nats_transport
 from services.learner.versions import PolicyServerError, finished_policy, load_runtime_lora, publish_adapter
+from tasks.errors import TaskError
 
 log = structlog.get_logger("conductor.learner")
 
@@ -73,7 +74,7 @@ class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True):
         Env(
             "CONDUCTOR_LEARNER_CHECKPOINT_DIR",
             "The learner's data directory: every path a job names (output.dir, model.path, data.pool_file, "
-            "output.adapter_base) is placed under it, and one outside it is refused. The chart mounts the checkpoint "
+            "data.tasks paths, output.adapter_base) is placed under it, and one outside it is refused. The chart mounts the checkpoint "
             "volume here, and read-only at the same path in the policy vLLM server, so a checkpoint or adapter path "
             "means the same file in both.",
             fallback=_data_dir,
@@ -230,7 +231,7 @@ class LearnerService:
 
             await asyncio.to_thread(run, config, score, resume=True, progress=progress)
             error = await self.release(job.job_id, config)
-        except ConfigError as exc:
+        except (ConfigError, TaskError) as exc:  # TaskError: a task file that is missing or malformed
             error = ErrorInfo(code=ErrorCode.BAD_REQUEST, message=str(exc), field="config")
         except RolloutError as exc:
             error = exc.info
@@ -243,7 +244,7 @@ class LearnerService:
     def placed(self, config: LearnerConfig, output_dir: str | None) -> LearnerConfig:
         """The config with every path it names under ``CONDUCTOR_LEARNER_CHECKPOINT_DIR``: a job is a client's
         text, and its paths are where the learner writes (output, a converted base model) or what it reads and
-        may publish (a base, a pool); ``ConfigError`` naming the key when one would leave the directory."""
+        may publish (a base, a pool, task files); ``ConfigError`` naming the key when one would leave the directory."""
         root = self.settings.checkpoint_dir.resolve()
 
         def inside(key: str, value: str) -> str:
@@ -255,10 +256,15 @@ class LearnerService:
             return str(placed)
 
         m, d, o = config.model, config.data, config.output
+        tasks = [
+            msgspec.structs.replace(t, path=inside(f"data.tasks[{i}].path", t.path),
+                                    test_path=inside(f"data.tasks[{i}].test_path", t.test_path))
+            for i, t in enumerate(d.tasks)
+        ]  # fmt: skip
         return msgspec.structs.replace(
             config,
             model=msgspec.structs.replace(m, path=inside("model.path", m.path)),
-            data=msgspec.structs.replace(d, pool_file=inside("data.pool_file", d.pool_file)),
+            data=msgspec.structs.replace(d, pool_file=inside("data.pool_file", d.pool_file), tasks=tasks),
             output=msgspec.structs.replace(o, dir=inside("output.dir", output_dir or o.dir),
                                            adapter_base=inside("output.adapter_base", o.adapter_base)),
         )  # fmt: skip

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from conductor.pool import Pool
-from evaluation.datasets import Problem
 from services.learner import synthetic
 from services.learner.config import LearnerConfig
 from services.learner.episodes import Episode, first_round, messages, next_round, sample_view, view_workers
 from services.learner.rewards import ConductorReward
+from tasks.problem import Problem
 
 CORRECT = 1.0
 

@@ -21,6 +21,9 @@ import msgspec
 from msgspec import Meta
 
 from conductor.wire import field_of
+from tasks import registry
+from tasks.errors import TaskError
+from tasks.registry import Source
 
 Positive = Annotated[int, Meta(ge=1)]
 Fraction = Annotated[float, Meta(ge=0, le=1)]
@@ -62,15 +65,31 @@ class ModelSection(_Section):
     seed: int = 0
 
 
+class TaskEntry(Source, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[data.tasks]]``: a task registry entry (tasks/registry.py: ``name``, ``path``, ``hub``, ``domains``;
+    for ``jsonl`` also ``verifier``, ``domain``, ``fields``) and its share of the training draw."""
+
+    weight: PositiveFloat = 1.0  # relative: questions are drawn from the entries in proportion to their weights
+    # The held-out split's file (an entry's ``test`` split read from it); empty: the test split of ``path`` (or of
+    # the entry's own data), which must not share a question with the training split.
+    test_path: str = ""
+    held_out: bool = True  # whether the held-out measurement (before/after GRPO, parse probes) draws from it
+
+
+OLD_DATA_KEYS = ("family", "domains")
+"""``data.family`` / ``data.domains`` (one ``sim`` family) became ``[[data.tasks]]``: refused with the new spelling."""
+
+
 class DataSection(_Section):
     """Questions and the pool view each is planned for (docs/method.md §6: a random k-subset, renumbered)."""
 
-    family: Literal["sim"] = "sim"
-    domains: list[str] = msgspec.field(default_factory=lambda: ["math", "mcq", "code"])
-    pool_file: str = ""  # empty: the sim family's pool (evaluation/data/sim_pool.toml)
+    # The training mix: registry entries with weights (default: the whole sim family). Training draws questions
+    # from the entries in proportion to their weights, each entry cycling through its train split.
+    tasks: list[TaskEntry] = msgspec.field(default_factory=lambda: [TaskEntry(name="sim")])
+    pool_file: str = ""  # empty: the sim family's pool (tasks/data/sim_pool.toml); any other entry needs yours
     workers: list[str] = []  # the deployment workers the learner draws views from; empty: all of the pool's
-    # Draw questions domain by domain in turn, so a domain with more training questions does not pull every
-    # domain's routing toward its own best worker (the policy's features are shared across domains).
+    # Within an entry, draw questions domain by domain in turn, so a domain with more training questions does not
+    # pull every domain's routing toward its own best worker (the policy's features are shared across domains).
     balance_domains: bool = True
     k_min: Positive = 1
     k_max: Positive = 5
@@ -88,7 +107,7 @@ class DataSection(_Section):
     # it re-scoring a completion returns the same draw, and selection by reward selects noise (issue 18).
     fresh_draws: bool = False
     max_steps: Annotated[int, Meta(ge=1, le=10)] = 5  # docs/method.md §1: at most five steps
-    eval_questions: Positive = 64  # held-out questions per evaluation (the "test" split, domains above)
+    eval_questions: Positive = 64  # held-out questions per evaluation (the entries' "test" splits, by domain)
     eval_samples: Positive = 2  # completions per held-out question
     seed: int = 0
 
@@ -242,6 +261,7 @@ def parse_config(text: str) -> LearnerConfig:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"learner config is not valid TOML: {exc}") from exc
+    _refuse_old_data_keys(raw.get("data"))
     try:
         config = msgspec.convert(raw, LearnerConfig)
     except msgspec.ValidationError as exc:
@@ -259,15 +279,27 @@ def load_config(path: Path) -> LearnerConfig:
     return parse_config(text)
 
 
+def _refuse_old_data_keys(data: object) -> None:
+    """``data.family`` / ``data.domains`` name the new spelling instead of failing as unknown keys."""
+    if not isinstance(data, dict) or not (old := [k for k in OLD_DATA_KEYS if k in data]):
+        return
+    family = data.get("family", "sim")
+    domains = data.get("domains")
+    spelled = f'[[data.tasks]]\nname = "{family}"' + (f"\ndomains = {msgspec.json.encode(domains).decode()}" if domains else "")
+    raise ConfigError(
+        f"data.{old[0]}: the training data are registry entries now (tasks/registry.py); instead of "
+        f"{' and '.join('data.' + k for k in old)} write:\n{spelled}"
+    )
+
+
 def check(config: LearnerConfig) -> None:
     """Rules across keys that the field bounds cannot state."""
     d, g = config.data, config.grpo
+    check_tasks(d)
     if d.k_min > d.k_max:
         raise ConfigError(f"data.k_min ({d.k_min}) is larger than data.k_max ({d.k_max})")
     if d.workers and d.k_min > len(d.workers):
         raise ConfigError(f"data.k_min ({d.k_min}) exceeds the {len(d.workers)} workers in data.workers")
-    if not d.domains:
-        raise ConfigError("data.domains: name at least one domain")
     if g.micro_batch and config.step_batch % g.micro_batch:
         raise ConfigError(
             f"grpo.micro_batch ({g.micro_batch}) must divide the step's completions ({config.step_batch} = "
@@ -287,3 +319,49 @@ def check(config: LearnerConfig) -> None:
         raise ConfigError("model.adapter applies to a pretrained base (source smollm2 or path), not a tiny model")
     if config.model.source == "path" and not config.model.path:
         raise ConfigError("model.path is required when model.source = 'path'")
+
+
+def with_data(config: LearnerConfig, pairs: list[str]) -> LearnerConfig:
+    """``conductor train --data NAME=PATH``: ``path`` of every ``[[data.tasks]]`` entry named NAME (``NAME:test=PATH``
+    its ``test_path``), as ``conductor eval --data`` names a benchmark's local copy."""
+    tasks = list(config.data.tasks)
+    for pair in pairs:
+        key, sep, path = pair.partition("=")
+        name, _, split = key.partition(":")
+        if not sep or not path or split not in ("", "train", "test"):
+            raise ConfigError(f"--data expects NAME=PATH or NAME:test=PATH, got {pair!r}")
+        hits = [i for i, t in enumerate(tasks) if registry.canonical(t.name) == _canonical(name)]
+        if not hits:
+            raise ConfigError(f"--data {name}: no [[data.tasks]] entry is named so; they are {[t.name for t in tasks]}")
+        for i in hits:
+            tasks[i] = msgspec.structs.replace(tasks[i], **({"test_path": path} if split == "test" else {"path": path, "hub": False}))
+    data = msgspec.structs.replace(config.data, tasks=tasks)
+    check_tasks(data)
+    return msgspec.structs.replace(config, data=data)
+
+
+def _canonical(name: str) -> str:
+    try:
+        return registry.canonical(name)
+    except TaskError as exc:
+        raise ConfigError(f"--data: {exc}") from exc
+
+
+def check_tasks(data: DataSection) -> None:
+    """Every ``[[data.tasks]]`` names a registry entry with a train split, described as that entry reads it; no
+    file is read here. The sim pool's workers know only sim questions: any other entry needs ``data.pool_file``."""
+    if not data.tasks:
+        raise ConfigError("data.tasks: name at least one registry entry, e.g. [[data.tasks]] name = \"sim\"")
+    for i, task in enumerate(data.tasks):
+        try:
+            registry.check(task).split("train")
+        except TaskError as exc:
+            raise ConfigError(f"data.tasks[{i}]: {exc}") from exc
+        if task.test_path and not task.held_out:
+            raise ConfigError(f"data.tasks[{i}] ({task.name}): test_path is set but held_out = false")
+    others = sorted({t.name for t in data.tasks if registry.canonical(t.name) != "sim"})
+    if others and not data.pool_file:
+        raise ConfigError(
+            f"data.pool_file: the sim pool's workers answer only sim questions; {', '.join(others)} need(s) your "
+            "pool of real workers"
+        )

@@ -21,10 +21,10 @@ import msgspec
 
 from conductor.pool import Pool, WorkerSpec
 from conductor.prompt import policy_messages
-from evaluation.datasets import Problem
 from schemas.plan import PriorRound
 from schemas.verify import Reference
 from services.learner.config import DataSection
+from tasks.problem import Problem
 
 
 class Episode(msgspec.Struct, frozen=True, kw_only=True):

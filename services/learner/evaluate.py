@@ -13,12 +13,12 @@ from typing import Any
 
 from conductor.pool import Pool
 from conductor.workflow import WorkflowFormatError, parse_completion
-from evaluation.datasets import Problem
 from services.learner.config import LearnerConfig
 from services.learner.episodes import Episode, first_round, messages, sample_view, view_workers
 from services.learner.policy import sample
 from services.learner.rewards import ConductorReward
 from services.learner.telemetry import by_domain, routing, specialists, summarize
+from tasks.problem import Problem
 
 
 def fixed_episodes(problems: Sequence[Problem], pool: Pool, config: LearnerConfig, seed: str) -> list[Episode]:

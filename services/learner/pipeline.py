@@ -26,7 +26,7 @@ from services.learner.export import export_adapter, load_with_adapter
 from services.learner.grpo import last_checkpoint, trainer
 from services.learner.recursion import RecursionBuffer
 from services.learner.rewards import ConductorReward, Scorer
-from services.learner.stream import EpisodeStream, held_out, load_run_pool, problems, training_dataset
+from services.learner.stream import EpisodeStream, Share, held_out, load_run_pool, shares, training_dataset
 from services.learner.telemetry import metrics_callback, rollout_log, specialists
 
 Progress = Callable[[str, int, int, dict[str, Any]], None]
@@ -58,7 +58,8 @@ def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress:
     if stages.done and not resume:
         raise RunExistsError(f"{out} holds a run (stages {list(stages.done)}); pass --resume or another output.dir")
     note = progress or (lambda *_: None)
-    train, pool = problems(config, "train"), load_run_pool(config)
+    mix, pool = shares(config, "train"), load_run_pool(config)
+    train = [p for share in mix for p in share.problems]
     probe = evaluate.fixed_episodes(held_out(config)[: config.cold_start.parse_probe], pool, config, "probe")
     eval_eps = evaluate.fixed_episodes(held_out(config), pool, config, "eval")
     reward = ConductorReward(score, config)
@@ -103,7 +104,7 @@ def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress:
             model_path = out / "rejection" if (out / "rejection").is_dir() else model_path
     measured("before_grpo", model_path, rewards=True)
     if config.grpo.steps and "grpo" not in stages.done:
-        grpo_stage(config, model_path, train, pool, reward, out, resume=resume, note=note)
+        grpo_stage(config, model_path, mix, pool, reward, out, resume=resume, note=note)
         stages.record("grpo", {"policy": str(out / "policy")})
     if "grpo" in stages.done:
         measured("after_grpo", out / "policy", rewards=True)
@@ -158,10 +159,12 @@ def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str
     return rows, figures
 
 
-def grpo_stage(config, model_path, train, pool, reward, out: Path, *, resume: bool, note: Progress) -> None:
+def grpo_stage(
+    config, model_path, mix: list[Share], pool, reward, out: Path, *, resume: bool, note: Progress
+) -> None:
     """GRPO from ``model_path``: checkpoints under ``out/grpo``, the final policy in ``out/policy``."""
     buffer = RecursionBuffer(seed=config.grpo.seed)
-    stream = EpisodeStream(train, pool, config, buffer)
+    stream = EpisodeStream(mix, pool, config, buffer)
     metrics = metrics_callback(out / "metrics.jsonl")
     reward.add_observer(metrics.observe)
     reward.add_observer(buffer.observe)

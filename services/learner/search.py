@@ -24,11 +24,11 @@ from typing import Any
 
 from conductor.pool import Pool, WorkerSpec
 from conductor.workflow import render_completion
-from evaluation.datasets import Problem
 from schemas.plan import Workflow
 from services.learner.config import LearnerConfig
 from services.learner.episodes import Episode, first_round, messages, sample_view, view_workers
 from services.learner.rewards import ConductorReward
+from tasks.problem import Problem
 
 KIND = {"math": "a math problem", "mcq": "a multiple-choice question", "code": "a programming task"}
 FORMAT = {

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from conductor.prompt import RECURSION_RULES, render_examples, system_prompt
-from evaluation.datasets import Problem
 from services.learner import synthetic
+from tasks.problem import Problem
 
 SPECIAL = ["<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 CHAT_TEMPLATE = (

@@ -31,10 +31,10 @@ from services.verifier import codecheck, mcq
 from services.verifier.config import Settings
 from services.verifier.extract import final_answers, last_python_block
 from services.verifier.fairness import REQUESTER, FairLimit
-from services.verifier.math_equiv import normalize_text
 from services.verifier.processes import Launch, ProcessError, ProcessSet
 from services.verifier.sandbox import launcher
 from services.verifier.sandbox.client import LayerReport, Sandbox
+from tasks.answers import normalize_text
 
 log = structlog.get_logger("conductor.verifier")
 MAX_ANSWER_CHARS = 2000  # a boxed answer longer than this is not an answer; it would only feed slow parsing

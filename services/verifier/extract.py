@@ -1,5 +1,7 @@
 """Pull the final answer out of a model response: strip thinking, then find boxed answers, answer tags or code.
 
+Boxes are found by tasks/answers.py, the rule the task loaders check their references with.
+
 Every function here is pure and linear-time on its input (no regex that can backtrack catastrophically), because
 responses are written by the policy under training and may be adversarial.
 """
@@ -10,9 +12,10 @@ import re
 
 import msgspec
 
+from tasks.answers import boxed_all, boxed_spans
+
 THINK_TAGS = ("think", "thinking", "reasoning", "thought")
 _OPEN = re.compile(r"<(" + "|".join(THINK_TAGS) + r")\b[^>]{0,40}>", re.IGNORECASE)
-_BOX_CMD = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _FINAL_CUE = re.compile(r"final answer\s*(?:is|:|：)\s*", re.IGNORECASE)
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})([^\n]*)\n", re.MULTILINE)
 PYTHON_LANGS = {"python", "py", "python3", "py3"}
@@ -53,45 +56,6 @@ def strip_thinking(text: str) -> str:
         if at >= 0:
             cut = max(cut, at + len(tag) + 3)
     return result[cut:]
-
-
-def balanced(text: str, open_at: int) -> str | None:
-    """Contents of the brace group whose ``{`` is at ``open_at``; None when it never closes."""
-    depth = 0
-    i = open_at
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_at + 1 : i]
-        i += 1
-    return None
-
-
-def boxed_spans(text: str) -> list[tuple[int, int, str]]:
-    """``(start, end, contents)`` of every ``\\boxed{…}`` / ``\\fbox{…}`` in order (nested boxes count once)."""
-    found: list[tuple[int, int, str]] = []
-    pos = 0
-    while True:
-        m = _BOX_CMD.search(text, pos)
-        if not m:
-            return found
-        inner = balanced(text, m.end() - 1)
-        if inner is None:
-            return found
-        pos = m.end() - 1 + len(inner) + 2
-        found.append((m.start(), pos, inner.strip()))
-
-
-def boxed_all(text: str) -> list[str]:
-    """Every ``\\boxed{…}`` / ``\\fbox{…}`` in order (nested boxes count once, the outer one)."""
-    return [inner for _, _, inner in boxed_spans(text)]
 
 
 def tag_spans(text: str) -> list[tuple[int, int, str]]:

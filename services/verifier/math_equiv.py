@@ -24,6 +24,7 @@ import msgspec
 
 from services.verifier import exactness
 from services.verifier.mcq import letter_of
+from tasks.answers import normalize_text
 
 ANGLE_WORDS = re.compile(r"angle|degree|radian|\\circ|°|\\angle|triangle|rotat|arc\b|\bsin|\bcos|\btan", re.I)
 INTERVAL_WORDS = re.compile(r"interval|inequalit|domain|range|solution set|values? of", re.I)
@@ -43,16 +44,6 @@ INTEGER = re.compile(r"^\d+$")
 class MathVerdict(msgspec.Struct, frozen=True, kw_only=True):
     correct: bool
     reason: str
-
-
-def normalize_text(text: str) -> str:
-    """For the exact-match fast path: spacing, sizing commands, wrappers and trailing punctuation do not matter."""
-    t = text.strip().strip("$").strip()
-    t = re.sub(r"\\(?:left|right|displaystyle|!|,|;|:|quad|qquad)", "", t)
-    t = re.sub(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}", r"\1", t)
-    t = re.sub(r"\\[dt]frac", r"\\frac", t)
-    t = re.sub(r"\s+", "", t).rstrip(".").lower()
-    return t
 
 
 def plain_number(text: str) -> str | None:

@@ -14,7 +14,8 @@ import unicodedata
 
 import msgspec
 
-from services.verifier.extract import blank, boxed_all, boxed_spans, strip_thinking, tag_spans
+from services.verifier.extract import blank, strip_thinking, tag_spans
+from tasks.answers import boxed_all, boxed_spans
 
 LETTERS = "ABCDEFGHIJ"
 # Responses are adversarial, so every pattern is run on a short window after a literal cue, and no two adjacent

@@ -2,10 +2,11 @@
 
 Layers, bottom to top (README "Layout"; ../shared/ARCHITECTURE.md): ``schemas/`` (the wire contract) → the
 foundation (``conductor/`` outside ``conductor/app/``: plumbing and the domain — workflow language, pool, reward,
-the Conductor prompt) → ``evaluation/`` (benchmark loaders and the task families training and evaluation both read)
-→ ``services/<name>/`` (side by side: none imports another) → the application (``conductor/app/``: CLI, demo,
-runtime, AsyncAPI export) → the tools beside it: ``infra/``, ``scripts/``, ``bench/`` (none imports another, nor
-``tests/``). Every import statement counts, including ones inside functions, so a lazy import cannot hide a
+the Conductor prompt) → ``tasks/`` (the task registry training and evaluation both read: the ``sim`` family,
+benchmark loaders, answer formats and the answer helpers they share with the verifier) → ``services/<name>/`` and
+``evaluation/`` (side by side: none imports another; the eval is a client of the running services) → the
+application (``conductor/app/``: CLI, demo, runtime, AsyncAPI export) → the tools beside it: ``infra/``,
+``scripts/``, ``bench/`` (none imports another, nor ``tests/``). Every import statement counts, including ones inside functions, so a lazy import cannot hide a
 dependency; loading a module by file path (``spec_from_file_location``) goes around the graph and counts too.
 Imports are read with ``ast``: nothing is imported.
 """
@@ -22,19 +23,15 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("schemas",),
     ("conductor",),
-    ("evaluation",),
-    ("services.*",),
+    ("tasks",),
+    ("evaluation", "services.*"),
     ("conductor.app",),
     ("infra", "scripts", "bench"),
 )
-PACKAGES = ("schemas", "conductor", "evaluation", "services", "infra", "scripts", "bench")
+PACKAGES = ("schemas", "conductor", "tasks", "evaluation", "services", "infra", "scripts", "bench")
 
 # Edges that stand for now, each with its reason; the test fails when one goes away, so the list stays true.
-KNOWN = {
-    ("evaluation/datasets.py", "services.verifier.extract"): "the task registry of issue 18 moves answer "
-    "extraction beside the tasks that training and evaluation both read",
-    ("evaluation/datasets.py", "services.verifier.math_equiv"): "same: issue 18's task registry",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 FILE_LOADER = "<loads a module by file path>"
 
@@ -133,11 +130,13 @@ def test_the_helper_sees_imports_inside_functions_relative_ones_and_file_loads()
 
 def test_the_layers_are_ordered_as_documented() -> None:
     assert _allowed("conductor", "schemas") and not _allowed("schemas", "conductor")
-    assert _allowed("services.planner", "evaluation") and not _allowed("evaluation", "services.verifier")
+    assert _allowed("services.learner", "tasks") and _allowed("evaluation", "tasks") and _allowed("tasks", "conductor")
+    assert not _allowed("tasks", "services.verifier") and not _allowed("tasks", "evaluation")
+    assert not _allowed("services.learner", "evaluation") and not _allowed("evaluation", "services.verifier")
     assert not _allowed("services.planner", "services.executor") and not _allowed("conductor", "conductor.app")
     assert _allowed("conductor.app", "services.learner") and not _allowed("services.learner", "conductor.app")
     assert _allowed("bench", "conductor.app") and not _allowed("bench", "tests") and not _allowed("bench", "infra")
-    assert {_unit(_module(p)) for p in _files()} >= {"schemas", "conductor", "conductor.app", "evaluation",
+    assert {_unit(_module(p)) for p in _files()} >= {"schemas", "conductor", "conductor.app", "tasks", "evaluation",
                                                       "services.learner", "infra", "scripts", "bench"}  # fmt: skip
 
 

@@ -10,7 +10,7 @@ CITATION = re.compile(r"docs/method\.md §(\d+)")
 
 
 def _sources() -> list[Path]:
-    dirs = ("conductor", "schemas", "services", "evaluation", "tests", "bench", "docs", "scripts", "charts", "infra")
+    dirs = ("conductor", "schemas", "tasks", "services", "evaluation", "tests", "bench", "docs", "scripts", "charts", "infra")
     found = [p for d in dirs for p in (ROOT / d).rglob("*") if p.suffix in {".py", ".md", ".yaml", ".toml"}]
     return [p for p in found if p.is_file()] + [ROOT / "README.md"]
 

@@ -136,7 +136,7 @@ def test_default_runs_nats_and_every_service_with_live_update():
     (build,) = tilt.builds
     assert build["ref"] == "conductor" and build["target"] == "dev"
     synced = {step["sync"] for step in build["live_update"] if "sync" in step}
-    assert synced == {"conductor", "services", "schemas"}
+    assert synced == {"conductor", "tasks", "services", "schemas"}
     assert {b["ref"] for b in tilt.builds} <= images(tilt)
     ports = [p for r in tilt.resources.values() for spec in r["ports"] for p in [spec.split(":")[0]]]
     assert len(ports) == len(set(ports)), "local port-forwards collide"

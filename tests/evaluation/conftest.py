@@ -13,16 +13,16 @@ from conductor.app.cli import build_parser
 from conductor.app.evaluate import conclude, execute, prepare
 from conductor.app.runtime import create_services, running, service_names
 from conductor.settings import CommonSettings
-from evaluation import benchmarks
 from evaluation.simanswers import run_pool
+from tasks import registry
 
-FIXTURES = [*benchmarks.REGISTRY, "sim"]
+FIXTURES = [*registry.benchmarks(), "sim"]
 QUIET = Console(file=io.StringIO(), width=200)
 
 
 @pytest.fixture
 def env(nats_url: str, subject_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    problems = benchmarks.load_all(FIXTURES)
+    problems = registry.load_all(FIXTURES)
     pool = run_pool(tmp_path / "pool", [p for items in problems.values() for p in items])
     values = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_POOL": str(pool),
               "CONDUCTOR_LOG_LEVEL": "WARNING"}  # fmt: skip

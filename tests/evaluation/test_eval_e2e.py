@@ -88,7 +88,7 @@ async def test_an_unreachable_service_stops_the_run_and_keeps_finished_items(env
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--benchmark", "gsm8k"], "unknown benchmark 'gsm8k'"),
+        (["--benchmark", "gsm8k"], "unknown task 'gsm8k'"),
         (["--benchmark", "sim", "--strategy", "magic"], "unknown strategy 'magic'"),
         (["--benchmark", "sim", "--strategy", "single:gpt-9"], "worker 'gpt-9' is not in the run's pool"),
         (["--benchmark", "aime25", "--data", "aime25=/nonexistent/aime.jsonl"], "does not exist"),

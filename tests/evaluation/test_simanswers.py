@@ -9,9 +9,10 @@ import msgspec
 import pytest
 
 from conductor.pool import load_pool
-from evaluation import benchmarks, sim, simanswers
-from evaluation.sim.family import WorkerRecord
+from evaluation import simanswers
 from services.worker_adapter.providers.sim import extract_answer
+from tasks import registry, sim
+from tasks.sim.family import WorkerRecord
 
 
 def test_shipped_answers_match_the_fixtures() -> None:
@@ -24,8 +25,8 @@ def test_every_fixture_question_is_known_with_a_distinct_wrong_answer() -> None:
     known = {
         r.question: r for r in map(decoder.decode, simanswers.answers_path().read_bytes().splitlines())
     }
-    for name in benchmarks.REGISTRY:
-        for problem in benchmarks.load_benchmark(name):
+    for name in registry.benchmarks():
+        for problem in registry.load_benchmark(name):
             record = known[problem.question]
             assert record.id == problem.id and record.wrong and record.answer not in record.wrong
 
@@ -38,7 +39,7 @@ def test_code_answers_are_programs_a_sim_worker_fences() -> None:
 
 
 def test_run_pool_is_the_sim_pool_over_the_runs_questions(tmp_path: Path) -> None:
-    problems = benchmarks.load_benchmark("mmlu") + benchmarks.load_benchmark("sim")[:3]
+    problems = registry.load_benchmark("mmlu") + registry.load_benchmark("sim")[:3]
     path = simanswers.run_pool(tmp_path, problems)
     pool, base = load_pool(path), load_pool(sim.pool_path())
     assert pool.names() == base.names()

@@ -9,10 +9,10 @@ import pytest
 
 from conductor.pool import load_pool
 from conductor.prompt import conductor_messages
-from evaluation import sim
 from services.learner.config import parse_config
 from services.learner.episodes import first_round, messages, sample_view, view_workers
 from services.learner.stream import problems
+from tasks import sim
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from evaluation import sim  # noqa: E402
 from services.learner.coldstart import save_merged  # noqa: E402
 from services.learner.export import ExportError, export_adapter, load_with_adapter, low_rank  # noqa: E402
 from services.learner.tinymodel import build  # noqa: E402
+from tasks import sim  # noqa: E402
 
 
 @pytest.fixture(scope="module")

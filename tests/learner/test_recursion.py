@@ -7,16 +7,16 @@ import itertools
 import pytest
 
 from conductor.pool import load_pool
-from evaluation import sim
 from schemas.rollout import RolloutResult
 from services.learner.config import parse_config
 from services.learner.episodes import first_round, from_column
 from services.learner.recursion import RecursionBuffer
 from services.learner.rewards import Scored
-from services.learner.stream import EpisodeStream, problems
+from services.learner.stream import EpisodeStream, problems, shares
+from tasks import sim
 
 CONFIG = parse_config(
-    '[model]\nsource = "tiny"\n[data]\ndomains = ["math", "mcq"]\nfew_shot = false\n'
+    '[model]\nsource = "tiny"\n[data]\nfew_shot = false\n[[data.tasks]]\nname = "sim"\ndomains = ["math", "mcq"]\n'
     '[grpo]\nquestions_per_step = 4\ngenerations = 2\nscale_rewards = "batch"\n'
     "[recursion]\nfraction = 0.5\nfirst_round_scale = 0.25\n"
 )
@@ -34,7 +34,7 @@ def scored(ep, results):
 
 def test_half_of_each_step_recurses_with_the_first_round_scaled(pool) -> None:
     buffer = RecursionBuffer()
-    stream = EpisodeStream(problems(CONFIG, "train"), pool, CONFIG, buffer)
+    stream = EpisodeStream(shares(CONFIG, "train"), pool, CONFIG, buffer)
     step = list(itertools.islice(stream.episodes(), CONFIG.prompts_per_step))
     assert CONFIG.prompts_per_step == 6 and CONFIG.step_batch == 12
     assert [(e.round, e.recurse, e.scale) for e in step[:4]] == [(0, True, 0.25)] * 2 + [(0, False, 1.0)] * 2
@@ -50,7 +50,7 @@ def test_an_answered_first_round_becomes_a_second_round_prompt(pool) -> None:
     assert second is not None and buffer.pop() is None
     assert (second.round, second.scale, second.recurse, second.pool) == (1, 1.0, False, ep.pool)
     assert second.previous[0].completion == "c1" and second.previous[0].final_response == "42"
-    stream = EpisodeStream(problems(CONFIG, "train"), pool, CONFIG, buffer)
+    stream = EpisodeStream(shares(CONFIG, "train"), pool, CONFIG, buffer)
     buffer.observe(scored(ep, [RolloutResult(id="b", reward=1.0, parsed=True, answer="7")]))
     rows = list(itertools.islice(stream.rows(), CONFIG.prompts_per_step))
     fifth = from_column(rows[4]["episode"])
@@ -79,7 +79,7 @@ def test_second_rounds_score_through_the_real_executor(nats_url: str, subject_pr
     from services.learner.evaluate import fixed_episodes
     from services.learner.rewards import ConductorReward
 
-    cfg = parse_config('[model]\nsource = "tiny"\n[data]\ndomains = ["math", "mcq"]\n')
+    cfg = parse_config('[model]\nsource = "tiny"\n[[data.tasks]]\nname = "sim"\ndomains = ["math", "mcq"]\n')
     pool = load_pool(sim.pool_path())
     eps = fixed_episodes(problems(cfg, "train")[:8], pool, cfg, "recursion-test")
     rng = random.Random(0)

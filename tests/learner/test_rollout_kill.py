@@ -26,10 +26,10 @@ from bench.rollout_fleet import RolloutFleet, sim_rollouts
 from conductor.endpoints import EndpointServer, Requester, serve
 from conductor.liveness import CallPolicy, parse_call
 from conductor.pool import load_pool
-from evaluation import sim
 from schemas.rollout import ROLLOUT
 from services.learner.config import RolloutSection
 from services.learner.rollouts import RolloutClient, nats_transport
+from tasks import sim
 
 STEPS = (1, 2, 3)
 LATENCY_S = 1.0  # per worker call: a batch of 1-, 2- and 3-step chains takes 3 s

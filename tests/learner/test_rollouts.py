@@ -9,12 +9,12 @@ import pytest
 
 from bench.fakes import SkillScorer
 from conductor.endpoints import EndpointServer, Requester, serve
-from evaluation import sim
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.rollout import ROLLOUT, Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
 from schemas.verify import TextReference
 from services.learner.config import RolloutSection
 from services.learner.rollouts import RolloutClient, RolloutError, nats_transport
+from tasks import sim
 
 COMPLETION = 'Easy.\nmodel_id = [0]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
 

@@ -11,12 +11,12 @@ import pytest
 
 from conductor.pool import load_pool
 from conductor.workflow import parse_completion
-from evaluation import sim
 from schemas.verify import TextReference
 from services.learner import search, telemetry
 from services.learner.config import ConfigError, load_config
 from services.learner.episodes import Episode
 from services.learner.stream import fresh_draw_pool
+from tasks import sim
 
 POOL = load_pool(sim.pool_path())
 VIEW = POOL.names()  # sim-frontier, sim-math, sim-knowledge, sim-coder, sim-small

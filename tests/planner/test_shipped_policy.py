@@ -44,7 +44,7 @@ def test_the_routing_policy_carries_its_card() -> None:
     from conductor.pool import load_pool
     from conductor.prompt import view_fingerprint
 
-    pool = load_pool(Path(__file__).parents[2] / "evaluation" / "data" / "sim_pool.toml")
+    pool = load_pool(Path(__file__).parents[2] / "tasks" / "data" / "sim_pool.toml")
     assert card.view == view_fingerprint(pool.cards(pool.workers))
 
 
@@ -91,8 +91,8 @@ async def test_the_routing_policy_sends_each_domain_to_its_specialist() -> None:
     from conductor.pool import load_pool
     from conductor.prompt import policy_messages
     from conductor.workflow import parse_completion
-    from evaluation import sim
     from services.planner.policies.local import LocalPolicy
+    from tasks import sim
 
     pool = load_pool(sim.pool_path())
     cards = pool.cards(pool.subset(None))

@@ -12,7 +12,7 @@ import pytest
 from services.planner import config
 from services.planner.config import trained_default
 
-SIM_POOL = str(Path(__file__).parents[2] / "evaluation" / "data" / "sim_pool.toml")
+SIM_POOL = str(Path(__file__).parents[2] / "tasks" / "data" / "sim_pool.toml")
 
 
 @pytest.fixture

@@ -22,11 +22,11 @@ from evaluation.bigcodebench import (
     run_reference,
     solution,
 )
-from evaluation.datasets import bigcodebench_reference
 from schemas.errors import ErrorCode
 from schemas.verify import Outcome, UnittestReference, Verdict, VerifyRequest
 from services.verifier import libraries
 from services.verifier.core import Verifier
+from tasks.datasets import bigcodebench_reference
 from tests.verifier.conftest import make_settings, sandbox_capable
 
 pytestmark = [

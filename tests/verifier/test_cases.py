@@ -7,9 +7,10 @@ from functools import cache
 
 import pytest
 
-from evaluation import datasets
 from schemas.verify import Outcome, TextReference
 from services.verifier.core import Verifier
+from tasks import datasets
+from tasks.problem import Problem
 from tests.verifier.conftest import FIXTURES
 
 LOADERS = {
@@ -26,12 +27,12 @@ CASES = [json.loads(line) for line in (FIXTURES / "cases.jsonl").read_text().spl
 
 
 @cache
-def problems(file: str) -> dict[str, datasets.Problem]:
+def problems(file: str) -> dict[str, Problem]:
     loaded = datasets.load_humaneval() if file == "humaneval" else LOADERS[file](FIXTURES / file)
     return {p.id: p for p in loaded}
 
 
-def fill_letters(response: str, problem: datasets.Problem) -> str:
+def fill_letters(response: str, problem: Problem) -> str:
     """GPQA letters depend on the seeded shuffle; cases name them as {gold}/{wrong}."""
     ref = problem.reference
     if not isinstance(ref, TextReference) or "{" not in response or ref.kind != "mcq":

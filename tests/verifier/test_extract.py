@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.verifier.extract import boxed_all, final_answers, last_python_block, strip_thinking
+from services.verifier.extract import final_answers, last_python_block, strip_thinking
+from tasks.answers import boxed_all
 
 
 @pytest.mark.parametrize(

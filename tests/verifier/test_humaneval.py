@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from evaluation.datasets import humaneval_canonical, load_humaneval
 from evaluation.mutants import mutate_completion
 from schemas.verify import Outcome
 from services.verifier.core import Verifier
+from tasks.datasets import humaneval_canonical, load_humaneval
 from tests.verifier.conftest import sandbox_capable
 
 pytestmark = pytest.mark.skipif(not sandbox_capable(), reason="needs root and a working bubblewrap")

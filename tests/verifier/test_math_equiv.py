@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.verifier.math_equiv import equivalent, grade, normalize_text, plain_number
+from services.verifier.math_equiv import equivalent, grade, plain_number
+from tasks.answers import normalize_text
 
 ACCEPT = [
     ("0.5", r"\frac{1}{2}", "", None),

@@ -1,13 +1,13 @@
 """Benchmark records in their released formats (issue 20, item 5): MATH-500, LiveCodeBench, GPQA.
 
-``evaluation/fixtures/math500_real.jsonl.gz`` is MATH-500 (the 500 MATH test problems of "Let's Verify Step by Step",
+``tasks/fixtures/math500_real.jsonl.gz`` is MATH-500 (the 500 MATH test problems of "Let's Verify Step by Step",
 openai/prm800k) as republished at MobileLLM/BudgetThinker, evaluation/data/math500/test_ori.jsonl, commit
 f0466b9d37595f46603387baa5930e312fefb7f5 (problem, solution, answer, subject, level, unique_id); MATH is MIT-licensed.
 Its real answer formats (``\\left( 3, \\frac{\\pi}{2} \\right)``, ``\\text{Evelyn}``, ``90^\\circ``, ``6 - 5i``, ``p - q``)
 and solutions that say "the final answer is $5 + 4 + 2 = \\boxed{11}$" are what a verifier meets in the eval. Before
 this test, three of the 500 reference solutions were judged wrong ("several different final answers").
 
-``evaluation/fixtures/livecodebench_real.jsonl``: record ``1873_A`` (Codeforces, stdin) is a released
+``tasks/fixtures/livecodebench_real.jsonl``: record ``1873_A`` (Codeforces, stdin) is a released
 ``livecodebench/code_generation_lite`` record as committed in Kaggle/kaggle-benchmarks,
 documentation/examples/code_generation.py, commit 0d759286b5dcb83878e27840fcb42b559062abf3 (that file: Apache-2.0;
 LiveCodeBench's dataset card, as copied in public repositories, declares ``license: cc`` with no version): its
@@ -18,7 +18,7 @@ exact released encoding — ``base64(zlib.compress(pickle.dumps(json.dumps(tests
 the real blob byte for byte (checked below) — with ``starter_code``, ``metadata.func_name`` and JSON argument lines
 as LeetCode records have them.
 
-``evaluation/fixtures/gpqa_diamond_format.csv`` is our own content in the released ``gpqa_diamond.csv`` layout. The
+``tasks/fixtures/gpqa_diamond_format.csv`` is our own content in the released ``gpqa_diamond.csv`` layout. The
 GPQA authors ask that its questions not be posted in plain text, so none is copied; the layout is: the 78-column
 header (as in the dataset card's features and in copies of the CSV in public repositories), pandas-style quoting,
 cells with leading and trailing line breaks, ``Pre-Revision``/``Extra Revised`` versions that differ from the revised
@@ -36,7 +36,6 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.datasets import load_gpqa, load_livecodebench, load_math500, read_rows
 from schemas.verify import (
     FunctionalTestsReference,
     Outcome,
@@ -45,10 +44,12 @@ from schemas.verify import (
     VerifyRequest,
 )
 from services.verifier.core import Verifier
+from tasks.datasets import load_gpqa, load_livecodebench, load_math500
+from tasks.rows import read_rows
 
 session_loop = pytest.mark.asyncio(loop_scope="session")
 
-FIXTURES = Path(__file__).parents[2] / "evaluation" / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "tasks" / "fixtures"
 MATH500 = FIXTURES / "math500_real.jsonl.gz"
 LCB = FIXTURES / "livecodebench_real.jsonl"
 GPQA = FIXTURES / "gpqa_diamond_format.csv"

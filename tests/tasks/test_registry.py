@@ -11,11 +11,6 @@ from pathlib import Path
 import pytest
 
 from conductor.answer_format import carries_format, family_of
-from evaluation import benchmarks, hub
-from evaluation.datasets import DatasetError, Problem
-from evaluation.errors import MissingDataError, UnknownBenchmarkError
-from evaluation.formats import CODE_COMPLETE_FORMAT, with_format
-from evaluation.rlpr import load_rlpr
 from schemas.verify import (
     FunctionalTestsReference,
     HumanEvalReference,
@@ -23,6 +18,11 @@ from schemas.verify import (
     TextReference,
     UnittestReference,
 )
+from tasks import hub, registry
+from tasks.errors import DatasetError, MissingDataError, UnknownTaskError
+from tasks.formats import CODE_COMPLETE_FORMAT, with_format
+from tasks.problem import Problem
+from tasks.rlpr import load_rlpr
 
 EXPECTED = {
     "math500": (14, "math", TextReference),
@@ -39,7 +39,7 @@ EXPECTED = {
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_fixture_loads_with_its_answer_format(name: str) -> None:
     count, domain, kind = EXPECTED[name]
-    problems = benchmarks.load_benchmark(name)
+    problems = registry.load_benchmark(name)
     assert len(problems) == count
     assert len({p.id for p in problems}) == count
     for p in problems:
@@ -49,25 +49,26 @@ def test_every_fixture_loads_with_its_answer_format(name: str) -> None:
 
 
 def test_sim_splits_are_the_generated_family() -> None:
-    held_out, train = benchmarks.load_benchmark("sim"), benchmarks.load_benchmark("sim-train")
-    assert {p.benchmark for p in held_out} == {"sim"} and {p.benchmark for p in train} == {"sim-train"}
+    held_out, train = registry.load_benchmark("sim"), registry.load_benchmark("sim:train")
+    assert {p.benchmark for p in held_out} == {"sim"} and {p.benchmark for p in train} == {"sim:train"}
+    assert registry.load_benchmark("sim-train") == train  # the earlier name
     assert not {p.id for p in held_out} & {p.id for p in train}
     assert len(held_out) < len(train)
 
 
 def test_instructions_follow_each_reference_harness() -> None:
-    gpqa = benchmarks.load_benchmark("gpqa-diamond")[0].question
+    gpqa = registry.load_benchmark("gpqa-diamond")[0].question
     assert gpqa.rstrip().endswith("where X is one of A, B, C, D.") and "\nA) " in gpqa
-    assert benchmarks.load_benchmark("math500")[0].question.endswith("within \\boxed{}.")
-    assert benchmarks.load_benchmark("rlpr")[0].question.endswith("<answer></answer> tags.")
-    bcb = benchmarks.load_benchmark("bigcodebench-hard")[0].question
+    assert registry.load_benchmark("math500")[0].question.endswith("within \\boxed{}.")
+    assert registry.load_benchmark("rlpr")[0].question.endswith("<answer></answer> tags.")
+    bcb = registry.load_benchmark("bigcodebench-hard")[0].question
     assert bcb.startswith(CODE_COMPLETE_FORMAT + "\n```python\nimport collections")
 
 
 def test_names_are_canonicalised_and_unknown_ones_named() -> None:
-    assert benchmarks.canonical("GPQA_Diamond") == "gpqa-diamond"
-    with pytest.raises(UnknownBenchmarkError, match=r"'gsm8k'.*known: math500"):
-        benchmarks.canonical("gsm8k")
+    assert registry.canonical("GPQA_Diamond") == "gpqa-diamond"
+    with pytest.raises(UnknownTaskError, match=r"unknown task 'gsm8k'; known: sim, math500, .*, jsonl$"):
+        registry.canonical("gsm8k")
 
 
 def test_math500_uses_the_papers_100_question_test_split() -> None:
@@ -76,20 +77,21 @@ def test_math500_uses_the_papers_100_question_test_split() -> None:
                 domain="math")
         for i in range(500)
     ]
-    test = benchmarks.math500_test(problems)
-    assert len(test) == 100 and test == benchmarks.math500_test(list(reversed(problems)))
+    test, train = registry.math500_test(problems), registry.math500_train(problems)
+    assert len(test) == 100 and test == registry.math500_test(list(reversed(problems)))
+    assert len(train) == 300 and not {p.id for p in train} & {p.id for p in test}
 
 
 def test_missing_file_and_malformed_record_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(MissingDataError, match=r"aime25: data file .*nope\.jsonl does not exist"):
-        benchmarks.load_benchmark("aime25", path=tmp_path / "nope.jsonl")
+        registry.load_benchmark("aime25", path=tmp_path / "nope.jsonl")
     bad = tmp_path / "aime.jsonl"
     bad.write_text(json.dumps({"id": 1, "problem": "p"}) + "\n")
     with pytest.raises(DatasetError, match=r"aime25 \(.*aime\.jsonl\): record lacks answer"):
-        benchmarks.load_benchmark("aime25", path=bad)
+        registry.load_benchmark("aime25", path=bad)
     bad.write_text("{not json\n")
     with pytest.raises(DatasetError, match=r"aime\.jsonl:1: not JSON"):
-        benchmarks.load_benchmark("aime25", path=bad)
+        registry.load_benchmark("aime25", path=bad)
 
 
 def test_rlpr_reads_nested_and_json_text_rows(tmp_path: Path) -> None:
@@ -116,11 +118,11 @@ def test_hub_rows_go_through_the_same_loader(monkeypatch: pytest.MonkeyPatch) ->
     rows = [{"id": "9", "problem": "P?", "answer": "12"}]
     fake = types.SimpleNamespace(load_dataset=lambda repo, config=None, split=None, **kw: rows)
     monkeypatch.setitem(sys.modules, "datasets", fake)
-    [problem] = benchmarks.load_benchmark("aime25", hub=True)
+    [problem] = registry.load_benchmark("aime25", hub=True)
     assert problem.id == "aime25/9" and problem.question.startswith("P?\n\n")
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=_offline))
     with pytest.raises(MissingDataError, match="aime25: cannot load math-ai/aime25 from the Hub: ConnectionError"):
-        benchmarks.load_benchmark("aime25", hub=True)
+        registry.load_benchmark("aime25", hub=True)
     with pytest.raises(MissingDataError, match="no Hub copy"):
         hub.hub_file("humaneval", None)
 
@@ -130,6 +132,6 @@ def _offline(*args: object, **kwargs: object) -> None:
 
 
 def test_mmlus_csv_variant_loads_as_a_local_copy() -> None:
-    problems = benchmarks.load_benchmark("mmlu", path=benchmarks.fixture_dir() / "mmlu.csv")
+    problems = registry.load_benchmark("mmlu", path=registry.fixture_dir() / "mmlu.csv")
     assert [p.reference.answer for p in problems] == ["B", "C"]
     assert all(p.question.endswith("one of A, B, C, D.") for p in problems)

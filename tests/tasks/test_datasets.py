@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from evaluation import datasets
 from schemas.verify import FunctionalTestsReference, StdioTestsReference, TextReference, UnittestReference
+from tasks import datasets
+from tasks.errors import DatasetError
+from tasks.problem import Problem
 from tests.verifier.conftest import FIXTURES
 
 
@@ -20,13 +22,13 @@ def test_math500_and_its_answer_check() -> None:
     problems = datasets.load_math500(FIXTURES / "math500.jsonl")
     assert len(problems) == 14 and problems[0].id == "test/prealgebra/901.json"
     assert problems[0].reference == TextReference(answer="\\frac{3}{4}", kind="math")
-    with pytest.raises(datasets.DatasetError, match="last boxed"):
+    with pytest.raises(DatasetError, match="last boxed"):
         datasets.load_math500(FIXTURES / "math500_bad.jsonl")
 
 
 def test_paper_split_is_seeded() -> None:
     problems = [
-        datasets.Problem(
+        Problem(
             id=str(i), benchmark="m", question="", reference=TextReference(answer="1"), domain="math"
         )
         for i in range(500)
@@ -47,7 +49,7 @@ def test_aime_variants_and_integer_check(tmp_path: Path) -> None:
     assert datasets.load_aime(FIXTURES / "aime25_problem_idx.jsonl")[0].id == "aime25/7"
     bad = tmp_path / "aime.jsonl"
     bad.write_text(json.dumps({"id": 1, "problem": "p", "answer": "12.5"}) + "\n")
-    with pytest.raises(datasets.DatasetError, match="integer"):
+    with pytest.raises(DatasetError, match="integer"):
         datasets.load_aime(bad)
 
 
@@ -85,7 +87,7 @@ def test_gpqa_bad_rows_are_typed_errors(tmp_path: Path) -> None:
             writer = csv.DictWriter(fh, fieldnames=list(row), lineterminator="\n")
             writer.writeheader()
             writer.writerow(row)
-        with pytest.raises(datasets.DatasetError, match=message):
+        with pytest.raises(DatasetError, match=message):
             datasets.load_gpqa(path)
 
 
@@ -124,14 +126,14 @@ def _blob(obj: object) -> str:
 def test_private_tests_unpickler_refuses_objects_and_non_strings() -> None:
     marker = Path("/tmp/verifier-pickle-exploit-ran")
     marker.unlink(missing_ok=True)
-    with pytest.raises(datasets.DatasetError, match="refused"):
+    with pytest.raises(DatasetError, match="refused"):
         datasets.decode_private_tests(_blob(Exploit()))
     assert not marker.exists()
-    with pytest.raises(datasets.DatasetError, match="expected str"):
+    with pytest.raises(DatasetError, match="expected str"):
         datasets.decode_private_tests(_blob([{"input": "1", "output": "1"}]))
     assert datasets.decode_private_tests(_blob(json.dumps([{"input": "1"}]))) == [{"input": "1"}]
     assert datasets.decode_private_tests('[{"input": "2"}]') == [{"input": "2"}]
-    with pytest.raises(datasets.DatasetError):
+    with pytest.raises(DatasetError):
         datasets.decode_private_tests("not base64 at all!")
 
 

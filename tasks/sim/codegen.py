@@ -19,8 +19,8 @@ from contextlib import redirect_stdout
 
 import msgspec
 
-from evaluation.sim.draft import Draft
 from schemas.verify import FunctionalTestsReference, IOTest, StdioTestsReference
+from tasks.sim.draft import Draft
 
 STDIN_FORMAT = (
     "Write a complete Python 3 program that reads the input from standard input and prints the answer to standard "

@@ -4,7 +4,7 @@ source (docs/method.md §4), WebInstruct-derived free-form questions with a refe
 A row is ``data_source``, ``prompt`` (chat messages: RLPR's own system prompt, then the user question), ``ability``,
 ``reward_model`` ``{ground_truth, style}`` and ``extra_info`` ``{index, ...}``. Parquet and CSV copies store the
 nested fields as JSON text; both shapes load. RLPR's system prompt (think/answer tags) is dropped: the benchmark
-registry adds the answer-format instruction every benchmark gets (evaluation/formats.py). Scoring is normalised
+registry adds the answer-format instruction every benchmark gets (tasks/formats.py). Scoring is normalised
 exact match, then math equivalence (docs/method.md §3: the paper does not say how RLPR was graded).
 """
 
@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evaluation.datasets import DatasetError, Problem, _field, read_rows
 from schemas.verify import TextReference
+from tasks.errors import DatasetError
+from tasks.problem import Problem
+from tasks.rows import field, read_rows
 
 
 def _nested(value: object, what: str) -> object:
@@ -48,8 +50,8 @@ def load_rlpr(path: str | Path, benchmark: str = "rlpr") -> list[Problem]:
     problems = []
     for n, row in enumerate(read_rows(path)):
         try:
-            question = _question(_field(row, "prompt"))
-            answer = _answer(_field(row, "reward_model"))
+            question = _question(field(row, "prompt"))
+            answer = _answer(field(row, "reward_model"))
         except DatasetError as exc:
             raise DatasetError(f"RLPR row {n}: {exc}") from exc
         extra = _nested(row.get("extra_info") or {}, "extra_info")

@@ -2,9 +2,9 @@ r"""The answer-format instruction each benchmark's reference harness gives the m
 
 Real models answer in the form the verifiers score only when asked (conductor/answer_format.py explains why the
 verifier never guesses). The wording is reused, never restated: math and multiple choice use the sim family's
-harness instructions (evaluation/sim/draft.py: a boxed answer as in the MATH/AIME harnesses, an ``Answer: X`` line
+harness instructions (tasks/sim/draft.py: a boxed answer as in the MATH/AIME harnesses, an ``Answer: X`` line
 as in simple-evals' GPQA/MMLU template), LiveCodeBench the sim code tasks' LiveCodeBench-style instructions
-(evaluation/sim/codegen.py), RLPR the ``general`` family's ``<answer>`` tags (RLPR's own harness asks for them).
+(tasks/sim/codegen.py), RLPR the ``general`` family's ``<answer>`` tags (RLPR's own harness asks for them).
 Only BigCodeBench/HumanEval's instruct-style prompt is new here. A question that already asks for its family's
 marker (``carries_format``) is left alone, so the executor's per-step instruction is never doubled either.
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 import msgspec
 
 from conductor.answer_format import DEFAULT_FORMATS, carries_format, family_of
-from evaluation.datasets import Problem
-from evaluation.sim.codegen import FUNCTIONAL_FORMAT, STDIN_FORMAT
-from evaluation.sim.draft import MATH_FORMAT, MCQ_FORMAT
 from schemas.verify import FunctionalTestsReference, StdioTestsReference
+from tasks.problem import Problem
+from tasks.sim.codegen import FUNCTIONAL_FORMAT, STDIN_FORMAT
+from tasks.sim.draft import MATH_FORMAT, MCQ_FORMAT
 
 CODE_COMPLETE_FORMAT = (
     "Please provide a self-contained Python script that solves the following problem in a markdown code block:"

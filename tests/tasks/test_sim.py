@@ -9,11 +9,11 @@ from collections import Counter
 import pytest
 
 from conductor.pool import load_pool
-from evaluation import sim
-from evaluation.sim.family import SEED, dataset_bytes, drafts, held_out_ids, task_id
 from schemas.verify import Outcome, VerifyRequest
 from services.verifier.core import Verifier
 from services.worker_adapter.providers.sim import Dataset, extract_answer, normalize, render
+from tasks import sim
+from tasks.sim.family import SEED, dataset_bytes, drafts, held_out_ids, task_id
 from tests.verifier.conftest import make_settings
 
 
@@ -42,7 +42,7 @@ def test_unknown_split_is_named() -> None:
 
 
 def test_shipped_dataset_matches_generators() -> None:
-    """Fails when a generator changed without ``python -m evaluation.sim.regenerate``."""
+    """Fails when a generator changed without ``python -m tasks.sim.regenerate``."""
     assert sim.dataset_path().read_bytes() == dataset_bytes(SEED)
 
 

@@ -14,10 +14,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evaluation.errors import MissingDataError
+from tasks.errors import MissingDataError
 
 if TYPE_CHECKING:
-    from evaluation.benchmarks import HubSpec
+    from tasks.registry import HubSpec
 
 
 def hub_file(name: str, spec: HubSpec | None) -> Path:

@@ -12,9 +12,10 @@ from collections import Counter
 
 import msgspec
 
-from evaluation.datasets import Problem
-from evaluation.sim import codegen, mathgen, mcqgen
-from evaluation.sim.draft import Draft
+from tasks.errors import TaskError
+from tasks.problem import Problem
+from tasks.sim import codegen, mathgen, mcqgen
+from tasks.sim.draft import Draft
 
 SEED = 2512
 """The seed of the shipped family (and of the sim workers' dataset file shipped beside the pool)."""
@@ -24,8 +25,13 @@ HELD_OUT = 0.2
 
 SPLITS = ("train", "test", "all")
 
+STREAM_PREFIX = "evaluation.sim."
+"""Each generator's random stream is named after its module as the family was first shipped (it lived under
+``evaluation/sim/``): the name is part of the seed, so keeping it keeps every generated task, the shipped worker
+dataset and the held-out split the trained policies were measured on."""
 
-class SimError(ValueError):
+
+class SimError(TaskError):
     """A request the sim family cannot serve (an unknown split, a generator that produced a duplicate)."""
 
 
@@ -43,7 +49,8 @@ def drafts(seed: int = SEED) -> list[Draft]:
     """Every task of the family, in a stable order (generator order, then generation order)."""
     out: list[Draft] = []
     for gen in (*mathgen.GENERATORS, *mcqgen.GENERATORS):
-        out.extend(gen(random.Random(f"{seed}:{gen.__module__}.{gen.__name__}")))
+        stream = STREAM_PREFIX + gen.__module__.rpartition(".")[2]
+        out.extend(gen(random.Random(f"{seed}:{stream}.{gen.__name__}")))
     out.extend(codegen.generate(random.Random(f"{seed}:code")))
     _check_unique(out)
     return out

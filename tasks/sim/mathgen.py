@@ -13,8 +13,8 @@ import random
 from collections.abc import Iterator
 from fractions import Fraction
 
-from evaluation.sim.draft import MATH_FORMAT, Draft, distinct_wrong
 from schemas.verify import TextReference
+from tasks.sim.draft import MATH_FORMAT, Draft, distinct_wrong
 
 PER_GENERATOR = 140
 

@@ -11,8 +11,8 @@ import datetime as dt
 import random
 from collections.abc import Iterator
 
-from evaluation.sim.draft import MCQ_FORMAT, Draft
 from schemas.verify import TextReference
+from tasks.sim.draft import MCQ_FORMAT, Draft
 
 LETTERS = "ABCD"
 PER_GENERATOR = 170

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import ast
 import base64
-import csv
-import gzip
 import io
 import json
 import pickle
 import random
 import re
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-
-import msgspec
 
 from schemas.verify import (
     FunctionalTestsReference,
@@ -32,10 +28,11 @@ from schemas.verify import (
     StdioTestsReference,
     TextReference,
     UnittestReference,
-    VerifyRequest,
 )
-from services.verifier.extract import boxed_all
-from services.verifier.math_equiv import normalize_text
+from tasks.answers import boxed_all, normalize_text
+from tasks.errors import DatasetError
+from tasks.problem import Problem
+from tasks.rows import field, read_rows
 
 LETTERS = "ABCDEFGHIJ"
 # LiveCodeBench's published errata (ERRATA.md in its repository): tests that accept only one of several valid
@@ -59,65 +56,6 @@ LCB_ERRATA = frozenset(
 MAX_PICKLE_BYTES = 512 * 1024 * 1024
 
 
-class DatasetError(ValueError):
-    """A record does not match its benchmark's published format (or fails a load-time check)."""
-
-
-class Problem(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    benchmark: str
-    question: str  # what the solver is asked; for multiple choice the options are rendered in letter order
-    reference: Reference
-    domain: str
-    subject: str = ""
-    level: str = ""
-
-    def request(self, response: str, request_id: str | None = None) -> VerifyRequest:
-        return VerifyRequest(
-            id=request_id or self.id,
-            response=response,
-            reference=self.reference,
-            question=self.question,
-            domain=self.domain,
-        )
-
-
-# ---- reading files ------------------------------------------------------------------------------------------------
-def read_rows(path: str | Path) -> Iterator[dict]:
-    """JSONL (optionally .gz), JSON arrays, CSV, or Parquet (when pyarrow is installed)."""
-    path = Path(path)
-    name = path.name.lower()
-    if name.endswith(".parquet"):
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as exc:
-            raise DatasetError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from exc
-        yield from pq.read_table(path).to_pylist()
-        return
-    opener = gzip.open if name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", newline="") as fh:
-        if ".csv" in name:
-            yield from csv.DictReader(fh)
-            return
-        if ".jsonl" not in name and name.endswith((".json", ".json.gz")):
-            data = json.load(fh)
-            yield from (data if isinstance(data, list) else data.get("rows", []))
-            return
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path}:{n}: not JSON: {exc}") from exc
-
-
-def _field(row: dict, *names: str) -> object:
-    for name in names:
-        if name in row and row[name] is not None:
-            return row[name]
-    raise DatasetError(f"record lacks {' / '.join(names)}: has {sorted(row)[:12]}")
-
-
 def collapse(text: str) -> str:
     return re.sub(r"\s+", " ", str(text)).strip()
 
@@ -130,9 +68,9 @@ def render_choices(question: str, choices: list[str]) -> str:
 def load_math500(path: str | Path) -> list[Problem]:
     problems = []
     for row in read_rows(path):
-        uid = str(_field(row, "unique_id"))
-        answer = str(_field(row, "answer"))
-        boxes = boxed_all(str(_field(row, "solution")))
+        uid = str(field(row, "unique_id"))
+        answer = str(field(row, "answer"))
+        boxes = boxed_all(str(field(row, "solution")))
         if not boxes or normalize_text(boxes[-1]) != normalize_text(answer):
             raise DatasetError(
                 f"{uid}: answer {answer!r} is not the solution's last boxed answer {boxes[-1:]}"
@@ -141,7 +79,7 @@ def load_math500(path: str | Path) -> list[Problem]:
             Problem(
                 id=uid,
                 benchmark="math500",
-                question=str(_field(row, "problem")),
+                question=str(field(row, "problem")),
                 reference=TextReference(answer=answer, kind="math"),
                 domain="math",
                 subject=str(row.get("subject", "")),
@@ -161,7 +99,7 @@ def paper_split(problems: list[Problem], seed: int = 0) -> tuple[list[Problem], 
 def load_aime(path: str | Path, benchmark: str = "aime25") -> list[Problem]:
     problems = []
     for n, row in enumerate(read_rows(path)):
-        answer = str(_field(row, "answer")).strip()
+        answer = str(field(row, "answer")).strip()
         if not re.fullmatch(r"\d{1,3}", answer):
             raise DatasetError(f"AIME row {n}: answer {answer!r} is not an integer 0-999")
         pid = str(row.get("id", row.get("problem_idx", n)))
@@ -169,7 +107,7 @@ def load_aime(path: str | Path, benchmark: str = "aime25") -> list[Problem]:
             Problem(
                 id=f"{benchmark}/{pid}",
                 benchmark=benchmark,
-                question=str(_field(row, "problem")),
+                question=str(field(row, "problem")),
                 reference=TextReference(answer=str(int(answer)), kind="math"),
                 domain="aime",
             )
@@ -194,8 +132,8 @@ def load_gpqa(path: str | Path, seed: int = 0, benchmark: str = "gpqa_diamond") 
     problems = []
     for n, row in enumerate(read_rows(path)):
         record = str(row.get("Record ID") or n)
-        correct = collapse(_field(row, "Correct Answer"))
-        wrong = [collapse(_field(row, f"Incorrect Answer {i}")) for i in (1, 2, 3)]
+        correct = collapse(field(row, "Correct Answer"))
+        wrong = [collapse(field(row, f"Incorrect Answer {i}")) for i in (1, 2, 3)]
         options = [correct, *wrong]
         if not all(options):
             raise DatasetError(f"GPQA {record}: an empty answer among {options}")
@@ -203,7 +141,7 @@ def load_gpqa(path: str | Path, seed: int = 0, benchmark: str = "gpqa_diamond") 
             raise DatasetError(f"GPQA {record}: the four answers are not distinct: {options}")
         random.Random(f"{seed}:{record}").shuffle(options)
         gold = LETTERS[options.index(correct)]
-        question = paragraphs(_field(row, "Question"))
+        question = paragraphs(field(row, "Question"))
         if not question:
             raise DatasetError(f"GPQA {record}: empty question")
         problems.append(
@@ -230,9 +168,9 @@ def load_mmlu(path: str | Path, benchmark: str = "mmlu") -> list[Problem]:
             gold = LETTERS[int(answer)] if str(answer).isdigit() else str(answer).strip().upper()
             question, subject = str(row["question"]), str(row.get("subject", ""))
         else:
-            choices = [str(_field(row, letter)) for letter in "ABCD"]
-            gold = str(_field(row, "Answer", "answer")).strip().upper()
-            question, subject = str(_field(row, "Question", "question")), str(row.get("Subject", ""))
+            choices = [str(field(row, letter)) for letter in "ABCD"]
+            gold = str(field(row, "Answer", "answer")).strip().upper()
+            question, subject = str(field(row, "Question", "question")), str(row.get("Subject", ""))
         if len(choices) != 4 or gold not in LETTERS[: len(choices)]:
             raise DatasetError(
                 f"MMLU row {n}: expected 4 choices and a gold letter A-D, got {len(choices)} / {gold!r}"
@@ -299,7 +237,7 @@ def load_livecodebench(
     problems = []
     for path in paths:
         for row in read_rows(path):
-            qid = str(_field(row, "question_id"))
+            qid = str(field(row, "question_id"))
             title = str(row.get("question_title", ""))
             if not include_errata and (qid in LCB_ERRATA or _slug(title) in LCB_ERRATA):
                 continue
@@ -328,7 +266,7 @@ def _lcb_problem(row: dict, qid: str, public_only: bool) -> Problem:
         )
     else:
         reference = StdioTestsReference(tests=tests)
-    question = str(_field(row, "question_content"))
+    question = str(field(row, "question_content"))
     if starter:
         question += "\n\nStarter code:\n" + starter
     return Problem(
@@ -348,9 +286,9 @@ def bigcodebench_reference(row: dict) -> UnittestReference:
     libs = row.get("libs") or []
     libs = ast.literal_eval(libs) if isinstance(libs, str) else list(libs)
     return UnittestReference(
-        test=str(_field(row, "test")),
+        test=str(field(row, "test")),
         entry_point=str(row.get("entry_point") or "task_func"),
-        code_prompt=str(_field(row, "code_prompt", "complete_prompt")),
+        code_prompt=str(field(row, "code_prompt", "complete_prompt")),
         libs=[str(lib) for lib in libs],
     )
 
@@ -360,9 +298,9 @@ def load_bigcodebench(
 ) -> list[Problem]:
     return [
         Problem(
-            id=str(_field(row, "task_id")),
+            id=str(field(row, "task_id")),
             benchmark=benchmark,
-            question=str(_field(row, prompt)),
+            question=str(field(row, prompt)),
             reference=bigcodebench_reference(row),
             domain="code",
         )
@@ -381,13 +319,13 @@ def load_humaneval(path: str | Path | None = None) -> list[Problem]:
     problems = []
     for row in read_rows(path or humaneval_path()):
         reference = HumanEvalReference(
-            prompt=str(_field(row, "prompt")),
-            test=str(_field(row, "test")),
-            entry_point=str(_field(row, "entry_point")),
+            prompt=str(field(row, "prompt")),
+            test=str(field(row, "test")),
+            entry_point=str(field(row, "entry_point")),
         )
         problems.append(
             Problem(
-                id=str(_field(row, "task_id")),
+                id=str(field(row, "task_id")),
                 benchmark="humaneval",
                 question=reference.prompt,
                 reference=reference,

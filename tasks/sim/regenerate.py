@@ -1,9 +1,9 @@
-"""Rewrite the shipped sim workers' dataset from the generators: ``python -m evaluation.sim.regenerate``."""
+"""Rewrite the shipped sim workers' dataset from the generators: ``python -m tasks.sim.regenerate``."""
 
 from __future__ import annotations
 
-from evaluation import sim
-from evaluation.sim.family import SEED, dataset_bytes
+from tasks import sim
+from tasks.sim.family import SEED, dataset_bytes
 
 
 def main() -> None:
