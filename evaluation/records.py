@@ -35,6 +35,7 @@ class ItemResult(msgspec.Struct, frozen=True, kw_only=True):
     error_code: str | None = None
     retryable: bool = False  # a transient failure: not "done", a rerun tries it again
     result: SolveResult
+    version: str = ""  # the benchmark's task version (tasks/registry.py) it ran under; "" in items of older runs
 
     @property
     def key(self) -> Key:
@@ -79,13 +80,14 @@ def classify(result: SolveResult) -> tuple[str, str, str | None, bool]:
 
 def finished(
     result: SolveResult, *, benchmark: str, strategy: str, repeat: int, item: str, domain: str, subject: str = "",
-    question: str = "",
+    question: str = "", version: str = "",
 ) -> ItemResult:  # fmt: skip
     """The record of one finished task."""
     outcome, reason, code, retryable = classify(result)
     return ItemResult(
         benchmark=benchmark, strategy=strategy, repeat=repeat, item=item, domain=domain, subject=subject,
         question=question, outcome=outcome, reason=reason, error_code=code, retryable=retryable, result=result,
+        version=version,
     )  # fmt: skip
 
 

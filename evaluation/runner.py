@@ -5,7 +5,8 @@ Nothing is scored here: each item is a ``SolveRequest`` carrying the reference, 
 (the same path as any user's solve). ``--durable`` submits to the JetStream task queue and waits on the results
 bucket instead of request/reply. Task ids are a digest of the run id and the item's key, so a rerun of a durable
 run finds tasks that finished while it was away. A service that is not there stops the run with
-``ServiceUnreachableError``; finished items stay on disk.
+``ServiceUnreachableError``; finished items stay on disk. Each item records its benchmark's task version
+(tasks/registry.py); an item finished under another version is not "done" and runs again.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Job:
     strategy: Strategy
     repeat: int
     problem: Problem
+    version: str = ""  # the benchmark's task version
 
     @property
     def key(self) -> Key:
@@ -67,12 +69,14 @@ def sample(problems: Sequence[Problem], limit: int | None, seed: int = 0) -> lis
 
 
 def plan(
-    problems: Mapping[str, Sequence[Problem]], strategies: Sequence[Strategy], repeats: int, limit: int | None
+    problems: Mapping[str, Sequence[Problem]], strategies: Sequence[Strategy], repeats: int, limit: int | None,
+    versions: Mapping[str, str] | None = None,
 ) -> list[Job]:
     """Repeat by repeat, item by item, every strategy on each item: running figures stay comparable mid-run."""
     chosen = {name: sample(items, limit) for name, items in problems.items()}
+    versions = versions or {}
     return [
-        Job(name, strategy, repeat, problem)
+        Job(name, strategy, repeat, problem, versions.get(name, ""))
         for repeat in range(repeats)
         for name, items in chosen.items()
         for problem in items
@@ -107,7 +111,7 @@ def item(job: Job, result: SolveResult) -> ItemResult:
     p = job.problem
     return records.finished(
         result, benchmark=job.benchmark, strategy=job.strategy.label, repeat=job.repeat, item=p.id, domain=p.domain,
-        subject=p.subject, question=p.question,
+        subject=p.subject, question=p.question, version=job.version,
     )  # fmt: skip
 
 
@@ -121,10 +125,12 @@ class Runner:
         self.items_path = out_dir / ITEMS_FILE
 
     def pending(self, jobs: Sequence[Job]) -> tuple[list[Job], dict[Key, ItemResult]]:
-        """The jobs still to run and the finished items (by key) of this run's jobs."""
-        done = {k: v for k, v in records.load(self.items_path).items() if not v.retryable}
-        keys = {j.key for j in jobs}
-        return [j for j in jobs if j.key not in done], {k: v for k, v in done.items() if k in keys}
+        """The jobs still to run and the finished items (by key) of this run's jobs: an item is done when it did
+        not fail transiently and ran under the job's task version."""
+        versions = {j.key: j.version for j in jobs}
+        done = {k: v for k, v in records.load(self.items_path).items()
+                if not v.retryable and k in versions and v.version == versions[k]}  # fmt: skip
+        return [j for j in jobs if j.key not in done], done
 
     async def run(self, jobs: Sequence[Job], on_item: Callable[[ItemResult], None]) -> list[ItemResult]:
         rid = run_id(self.out_dir)

@@ -5,7 +5,8 @@ Accuracy of one repeat is correct / items of that repeat (a failed or unscorable
 paper's reward gives it nothing). The mean and standard error are over repeats (SE = sample standard deviation /
 √repeats; none with a single repeat). The average of a repeat is the mean over benchmarks of that repeat's
 accuracies, so its SE is over repeats too. Costs are means over every item of every repeat; a strategy's average
-cost is the mean of its per-benchmark means ("avg of the benchmarks", as the paper reports cost).
+cost is the mean of its per-benchmark means ("avg of the benchmarks", as the paper reports cost). Each benchmark's
+task version (tasks/registry.py) is recorded beside its figures: in ``results.json``, each row and ``results.csv``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Row(msgspec.Struct, frozen=True, kw_only=True):
     calls_per_question: float
     steps_per_workflow: float
     failures: int  # items with no scorable answer (task error or verifier error)
+    version: str = ""  # the benchmark's task version; "" for the average
 
 
 class Results(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,6 +54,7 @@ class Results(msgspec.Struct, frozen=True, kw_only=True):
     worker_steps: dict[str, dict[str, dict[str, int]]]  # benchmark -> strategy -> worker -> steps
     steps_histogram: dict[str, dict[int, int]]  # strategy -> steps in a workflow -> workflows
     meta: dict[str, str] = {}
+    versions: dict[str, str] = {}  # benchmark -> its task version (tasks/registry.py)
 
     def row(self, strategy: str, benchmark: str) -> Row | None:
         return next((r for r in self.rows if r.strategy == strategy and r.benchmark == benchmark), None)
@@ -70,7 +73,7 @@ def _per_repeat(items: Sequence[ItemResult]) -> dict[int, float]:
     return {r: sum(v) / len(v) for r, v in sorted(groups.items())}
 
 
-def _row(strategy: str, benchmark: str, items: Sequence[ItemResult]) -> Row:
+def _row(strategy: str, benchmark: str, items: Sequence[ItemResult], version: str = "") -> Row:
     n = max(len(items), 1)
     workflows = [s for it in items for s in it.workflow_steps]
     return Row(
@@ -78,7 +81,7 @@ def _row(strategy: str, benchmark: str, items: Sequence[ItemResult]) -> Row:
         items=len(items), tokens_per_question=sum(it.tokens for it in items) / n,
         cost_per_question=sum(it.cost_usd for it in items) / n, calls_per_question=sum(it.calls for it in items) / n,
         steps_per_workflow=statistics.fmean(workflows) if workflows else 0.0,
-        failures=sum(1 for it in items if it.outcome in {"failed", "error"}),
+        failures=sum(1 for it in items if it.outcome in {"failed", "error"}), version=version,
     )  # fmt: skip
 
 
@@ -97,15 +100,16 @@ def _average(strategy: str, rows: list[Row], by_bench: dict[str, list[ItemResult
 
 
 def summarize(
-    items: Sequence[ItemResult], benchmarks: Sequence[str], strategies: Sequence[str], meta: dict[str, str] | None = None
-) -> Results:
+    items: Sequence[ItemResult], benchmarks: Sequence[str], strategies: Sequence[str], meta: dict[str, str] | None = None,
+    versions: dict[str, str] | None = None,
+) -> Results:  # fmt: skip
     grouped: dict[tuple[str, str], list[ItemResult]] = defaultdict(list)
     for it in items:
         grouped[(it.strategy, it.benchmark)].append(it)
     rows: list[Row] = []
     for s in strategies:
         by_bench = {b: grouped[(s, b)] for b in benchmarks if grouped.get((s, b))}
-        own = [_row(s, b, v) for b, v in by_bench.items()]
+        own = [_row(s, b, v, (versions or {}).get(b, "")) for b, v in by_bench.items()]
         rows.extend(own)
         if own:
             rows.append(_average(s, own, by_bench))
@@ -118,6 +122,7 @@ def summarize(
         benchmarks=list(benchmarks), strategies=list(strategies),
         repeats=max((it.repeat for it in items), default=-1) + 1, rows=rows, worker_steps=workers,
         steps_histogram={s: dict(sorted(h.items())) for s, h in histogram.items()}, meta=dict(meta or {}),
+        versions={b: (versions or {})[b] for b in benchmarks if (versions or {}).get(b)},
     )  # fmt: skip
 
 
@@ -126,8 +131,14 @@ def pct(cell: Cell) -> str:
     return f"{100 * cell.mean:.2f}" + ("" if cell.se is None else f" ± {100 * cell.se:.2f}")
 
 
+def version_line(results: Results) -> str:
+    """``math500 v1 · sim v1``: the task version of each benchmark, for the table's caption and the report."""
+    return " · ".join(f"{b} v{v}" for b, v in results.versions.items())
+
+
 def rich_table(results: Results, title: str = "Accuracy (%), mean ± SE over repeats") -> Table:
-    table = Table(title=title)
+    versions = version_line(results)
+    table = Table(title=title, caption=f"task versions: {versions}" if versions else None)
     for col in ("strategy", *results.benchmarks, "Average", "tokens/q", "$/q", "steps/wf"):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in results.strategies:
@@ -142,7 +153,7 @@ def rich_table(results: Results, title: str = "Accuracy (%), mean ± SE over rep
 
 CSV_COLUMNS = (
     "strategy", "benchmark", "accuracy_mean", "accuracy_se", "repeats", "items", "tokens_per_question",
-    "cost_per_question", "calls_per_question", "steps_per_workflow", "failures",
+    "cost_per_question", "calls_per_question", "steps_per_workflow", "failures", "version",
 )  # fmt: skip
 
 
@@ -156,4 +167,4 @@ def write(results: Results, out_dir: Path) -> None:
             se = "" if r.accuracy.se is None else f"{r.accuracy.se:.6f}"
             w.writerow([r.strategy, r.benchmark, f"{r.accuracy.mean:.6f}", se, len(r.accuracy.per_repeat), r.items,
                         f"{r.tokens_per_question:.1f}", f"{r.cost_per_question:.8f}", f"{r.calls_per_question:.3f}",
-                        f"{r.steps_per_workflow:.3f}", r.failures])  # fmt: skip
+                        f"{r.steps_per_workflow:.3f}", r.failures, r.version])  # fmt: skip

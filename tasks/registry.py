@@ -182,7 +182,8 @@ def label(name: str, split: str) -> str:
 
 
 def version(name: str) -> str:
-    return entry(name).version
+    """The task version of an entry, or of the entry an eval label (``NAME[:SPLIT]``) reads."""
+    return REGISTRY[parse_label(name)[0]].version
 
 
 def fixture_dir() -> Path:

@@ -137,6 +137,7 @@ class Prepared:
     env: dict[str, str]
     jobs: list[Job]
     benchmarks: list[str]
+    versions: dict[str, str]  # benchmark -> its task version (tasks/registry.py), recorded with the results
     strategies: list[str]
     options: Options
     pool: Pool
@@ -160,8 +161,9 @@ def prepare(args: argparse.Namespace) -> Prepared:
         env["CONDUCTOR_POLICY"] = args.policy
     options = Options(concurrency=args.concurrency, cache=args.cache, durable=args.durable, pool_subset=subset,
                       timeout_s=args.timeout)  # fmt: skip
-    return Prepared(out=out, env=env, jobs=plan(problems, strategies, max(args.repeats, 1), args.limit),
-                    benchmarks=list(problems), strategies=[s.label for s in strategies], options=options, pool=pool,
+    versions = {name: registry.version(name) for name in problems}
+    return Prepared(out=out, env=env, jobs=plan(problems, strategies, max(args.repeats, 1), args.limit, versions),
+                    benchmarks=list(problems), versions=versions, strategies=[s.label for s in strategies], options=options, pool=pool,
                     pool_file=pool_file, embedded=args.embedded)  # fmt: skip
 
 
@@ -185,7 +187,7 @@ def conclude(prep: Prepared, done: dict[Key, ItemResult], new: list[ItemResult],
             "wall": f"{wall:.1f}s"}  # fmt: skip
     if prep.options.pool_subset:
         meta["pool subset"] = ",".join(prep.options.pool_subset)
-    return finish(prep.out, items, prep.benchmarks, prep.strategies, meta, console)
+    return finish(prep.out, items, prep.benchmarks, prep.strategies, meta, console, prep.versions)
 
 
 async def execute(prep: Prepared, console: Console) -> tuple[dict[Key, ItemResult], list[ItemResult], str]:
@@ -204,8 +206,8 @@ async def execute(prep: Prepared, console: Console) -> tuple[dict[Key, ItemResul
 
 
 def finish(out: Path, items: list[ItemResult], benches: list[str], strategies: list[str], meta: dict[str, str],
-           console: Console) -> table.Results:  # fmt: skip
-    results = table.summarize(items, benches, strategies, meta)
+           console: Console, versions: dict[str, str] | None = None) -> table.Results:  # fmt: skip
+    results = table.summarize(items, benches, strategies, meta, versions)
     table.write(results, out)
     report = write_report(out, results, items, title="Conductor eval")
     console.print(table.rich_table(results))

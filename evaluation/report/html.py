@@ -18,7 +18,7 @@ from conductor.money import usd
 from evaluation.records import ItemResult
 from evaluation.report import charts
 from evaluation.report.graph import workflow_svg
-from evaluation.table import AVERAGE, Results, pct
+from evaluation.table import AVERAGE, Results, pct, version_line
 from schemas.solve import StepRecord
 
 MAX_TEXT = 4000
@@ -148,7 +148,8 @@ def _workers(results: Results, items: Sequence[ItemResult]) -> list[str]:
 
 def render(results: Results, items: Sequence[ItemResult], *, title: str = "Conductor eval",
            max_workflows: int = 400) -> str:  # fmt: skip
-    meta = " · ".join(f"{escape(k)}: {escape(v)}" for k, v in results.meta.items() if k != "workers")
+    shown = {**{k: v for k, v in results.meta.items() if k != "workers"}, "task versions": version_line(results)}
+    meta = " · ".join(f"{escape(k)}: {escape(v)}" for k, v in shown.items() if v)
     sections = [
         ("accuracy", "Accuracy (%, mean ± standard error over repeats)", accuracy_table(results)),
         ("cost", "Accuracy vs $ per question (Pareto front ringed)", _chart(charts.accuracy_vs_cost(results))),

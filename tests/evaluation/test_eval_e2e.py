@@ -13,6 +13,7 @@ from conductor.app.runtime import create_services, running, service_names
 from conductor.settings import CommonSettings
 from evaluation import records
 from evaluation.errors import ServiceUnreachableError
+from tasks import registry
 from tests.evaluation.conftest import FIXTURES, evaluate
 
 pytestmark = pytest.mark.e2e
@@ -50,6 +51,7 @@ async def test_a_rerun_skips_done_items_and_retries_cut_off_ones(services: dict[
     done, again, results = await evaluate(out, *argv, "--pool", services["CONDUCTOR_POOL"])
     assert len(done) == 15 and [it.key for it in again] == [records.load(out / "items.jsonl")[again[0].key].key]
     assert results.repeats == 2 and results.row("moa", "average") is not None
+    assert results.versions == {"sim": "1", "mmlu": "1"} and {it.version for it in [*done.values(), *again]} == {"1"}
 
 
 async def test_durable_cached_and_restricted_pool(services: dict[str, str], tmp_path: Path) -> None:
@@ -115,8 +117,11 @@ def test_embedded_run_with_a_configured_policy(tmp_path: Path) -> None:
     argv = ["eval", "--embedded", "--benchmark", "sim", "--strategy", "conductor", "--limit", "2",
             "--policy", "baseline:refine:2", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
-    [row] = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["benchmark"] == "sim"]
+    results = json.loads((out / "results.json").read_text())
+    [row] = [r for r in results["rows"] if r["benchmark"] == "sim"]
     assert row["items"] == 2 and row["steps_per_workflow"] == 2.0
+    assert results["versions"] == {"sim": registry.version("sim")} == {"sim": "1"} and row["version"] == "1"
+    assert {it.version for it in records.load(out / "items.jsonl").values()} == {"1"}
 
 
 def test_policy_is_refused_for_running_services(env: dict[str, str], tmp_path: Path, capsys) -> None:

@@ -19,7 +19,8 @@ def _report(tmp_path: Path) -> str:
     items = grid("moa", "x", [[1, 0, 1], [1, 1, 0]], workers=("w0", "w1", "w2"), cost=0.03)
     items += grid("single:w1", "x", [[0, 0, 1], [0, 1, 1]], workers=("w1",), cost=0.001)
     items += [item("moa", "y", 0, 9, False, response=HOSTILE), item("moa", "y", 1, 9, False, error=ErrorCode.TIMEOUT)]
-    results = table.summarize(items, ["x", "y"], ["moa", "single:w1"], {"pool": "sim", "workers": "w0,w1,w2"})
+    results = table.summarize(items, ["x", "y"], ["moa", "single:w1"], {"pool": "sim", "workers": "w0,w1,w2"},
+                              versions={"x": "1", "y": "3"})  # fmt: skip
     return write_report(tmp_path, results, items).read_text()
 
 
@@ -30,6 +31,7 @@ def test_every_section_and_its_content(tmp_path: Path) -> None:
     assert "50.00 ± 0.00" in html or "66.67" in html  # the table's figures
     assert html.count("<svg") >= 3 + 14  # three charts, one graph per workflow
     assert "timeout" in html and "wrong answer N" in html  # failures grouped with specifics blanked
+    assert "task versions: x v1 · y v3" in html
 
 
 def test_charts_hold_drawn_marks(tmp_path: Path) -> None:

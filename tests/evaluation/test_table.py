@@ -74,6 +74,19 @@ def test_results_json_and_csv(tmp_path: Path) -> None:
     assert float(rows[2]["cost_per_question"]) == pytest.approx(0.03)
 
 
+def test_each_benchmarks_task_version_is_recorded(tmp_path: Path) -> None:
+    results = table.summarize(_items(), ["x", "y"], ["a", "b"], versions={"x": "1", "y": "2"})
+    assert results.versions == {"x": "1", "y": "2"}
+    assert [(r.benchmark, r.version) for r in results.rows][:3] == [("x", "1"), ("y", "2"), ("average", "")]
+    table.write(results, tmp_path)
+    assert json.loads((tmp_path / "results.json").read_text())["versions"] == {"x": "1", "y": "2"}
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert [(r["benchmark"], r["version"]) for r in rows][:3] == [("x", "1"), ("y", "2"), ("average", "")]
+    out = io.StringIO()
+    Console(file=out, width=200).print(table.rich_table(results))
+    assert "task versions: x v1 · y v2" in out.getvalue()
+
+
 def test_terminal_table_has_every_benchmark_and_the_average() -> None:
     out = io.StringIO()
     Console(file=out, width=200).print(table.rich_table(table.summarize(_items(), ["x", "y"], ["a", "b"])))
@@ -84,3 +97,4 @@ def test_terminal_table_has_every_benchmark_and_the_average() -> None:
 def test_pareto_front() -> None:
     points = [("cheap", 0.001, 40.0), ("mid", 0.01, 70.0), ("dominated", 0.02, 60.0), ("best", 0.05, 80.0)]
     assert pareto_front(points) == ["cheap", "mid", "best"]
+

@@ -1,0 +1,31 @@
+"""The runner's resume rule: a rerun skips items finished under the same task version, and only those."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from evaluation.records import append
+from evaluation.runner import Job, Options, Runner
+from evaluation.strategies import Strategy
+from schemas.verify import TextReference
+from tasks.problem import Problem
+from tests.evaluation.items import item
+
+
+def test_an_item_of_another_task_version_runs_again(tmp_path: Path) -> None:
+    """A benchmark whose definition changed (its version in tasks/registry.py) is run anew, not mixed in."""
+    runner = Runner(None, tmp_path, Options())  # type: ignore[arg-type]  # no client: nothing is solved here
+    older = item("s", "x", 0, 0, True)  # recorded before versions, or under another one
+    same = msgspec.structs.replace(item("s", "x", 0, 1, True), version="2")
+    for it in (older, same):
+        append(runner.items_path, it)
+    strategy = Strategy(label="s", policy="baseline:single", max_steps=1)
+    jobs = [
+        Job("x", strategy, 0, Problem(id=f"q{n}", benchmark="x", question="?", reference=TextReference(answer="1"),
+                                      domain="math"), "2")
+        for n in (0, 1)
+    ]  # fmt: skip
+    todo, done = runner.pending(jobs)
+    assert [j.problem.id for j in todo] == ["q0"] and list(done) == [same.key]
