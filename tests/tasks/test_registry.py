@@ -19,7 +19,7 @@ from schemas.verify import (
     UnittestReference,
 )
 from tasks import hub, registry
-from tasks.errors import DatasetError, MissingDataError, UnknownTaskError
+from tasks.errors import DatasetError, MissingDataError, TaskError, UnknownTaskError
 from tasks.formats import CODE_COMPLETE_FORMAT, with_format
 from tasks.problem import Problem
 from tasks.rlpr import load_rlpr
@@ -69,6 +69,35 @@ def test_names_are_canonicalised_and_unknown_ones_named() -> None:
     assert registry.canonical("GPQA_Diamond") == "gpqa-diamond"
     with pytest.raises(UnknownTaskError, match=r"unknown task 'gsm8k'; known: sim, math500, .*, jsonl$"):
         registry.canonical("gsm8k")
+
+
+def test_every_entry_declares_a_version_splits_and_a_note() -> None:
+    assert registry.names() == ["sim", "math500", "aime25", "gpqa-diamond", "mmlu", "livecodebench",
+                                "bigcodebench-hard", "rlpr", "humaneval", "jsonl"]  # fmt: skip
+    for entry in registry.REGISTRY.values():
+        assert entry.version and entry.note and entry.eval_split in entry.splits
+        assert set(entry.splits) <= {"train", "test"}
+        assert entry.fixture is None or (registry.fixture_dir() / entry.fixture).is_file()
+    assert registry.benchmarks() == [n for n in registry.names() if n not in ("sim", "jsonl")]
+    assert registry.version("sim:train") == registry.entry("SIM").version == "1"
+
+
+def test_labels_name_an_entry_and_a_split() -> None:
+    assert registry.parse_label("GPQA_Diamond") == ("gpqa-diamond", "test")
+    assert registry.parse_label("math500:train") == ("math500", "train")
+    assert registry.parse_label("sim-train") == ("sim", "train")  # the earlier name
+    assert registry.label("math500", "train") == "math500:train" and registry.label("sim", "test") == "sim"
+    with pytest.raises(UnknownTaskError, match=r"^aime25 has no 'train' split; it has: test$"):
+        registry.parse_label("aime25:train")
+    with pytest.raises(UnknownTaskError, match=r"unknown task 'gsm8k'"):
+        registry.load(registry.Source(name="gsm8k"))
+
+
+def test_a_source_keeps_only_its_domains() -> None:
+    kept = registry.load(registry.Source(name="sim", domains=["code"]), "test")
+    assert kept and {p.domain for p in kept} == {"code"}
+    with pytest.raises(TaskError, match=r"mmlu: no 'test' questions in domains \['math'\]; it has \['mmlu'\]"):
+        registry.load(registry.Source(name="mmlu", domains=["math"]))
 
 
 def test_math500_uses_the_papers_100_question_test_split() -> None:
