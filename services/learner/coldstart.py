@@ -14,7 +14,10 @@ Each stage writes a full model directory (a LoRA adapter is merged), so the next
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,16 +77,20 @@ def sft(
     from services.learner.policy import load, lora_config
 
     c = config.cold_start
+    work = out.with_name(out.name + ".work")
+    resume = _resumable(work, rows)
     model, tokenizer = load(model_path)
     args = SFTConfig(
-        output_dir=str(out.with_name(out.name + ".work")),
+        output_dir=str(work),
         num_train_epochs=epochs,
         per_device_train_batch_size=c.sft_batch_size,
         learning_rate=c.sft_learning_rate,
         lr_scheduler_type="cosine",
         warmup_steps=0.05,
         logging_steps=5,
-        save_strategy="no",
+        save_strategy="steps",  # a stopped run resumes its SFT from the newest checkpoint (_resumable)
+        save_steps=c.sft_save_steps,
+        save_total_limit=1,
         report_to="none",
         disable_tqdm=True,
         completion_only_loss=True,
@@ -97,9 +104,25 @@ def sft(
         model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
         peft_config=lora_config(config), callbacks=list(callbacks),
     )  # fmt: skip
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     save_merged(trainer.model, tokenizer, out)
+    shutil.rmtree(work, ignore_errors=True)  # the checkpoints served their purpose; the model is ``out``
     return out
+
+
+def _resumable(work: Path, rows: list[dict[str, Any]]) -> str | None:
+    """The newest checkpoint in ``work`` when it was made on these very rows (their digest is kept beside it);
+    otherwise ``work`` is cleared and SFT starts afresh."""
+    from services.learner.grpo import last_checkpoint
+
+    digest = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+    mark = work / "rows.sha256"
+    if mark.is_file() and mark.read_text().strip() == digest:
+        return last_checkpoint(work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    mark.write_text(digest + "\n")
+    return None
 
 
 def save_merged(model: Any, tokenizer: Any, out: Path) -> None:

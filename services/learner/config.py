@@ -125,6 +125,7 @@ class ColdStartSection(_Section):
     sft_epochs: PositiveFloat = 1.0
     sft_learning_rate: LearningRate = 2e-4
     sft_batch_size: Positive = 8
+    sft_save_steps: Positive = 16  # a checkpoint every N optimizer steps of any SFT stage: a stopped run resumes it
     # Which synthetic topologies (services/learner/synthetic.py TOPOLOGIES) the SFT corpus uses; a small model
     # from scratch learns one- and two-step workflows far sooner than lists it must keep the same length.
     topologies: list[Literal["single", "chain", "fan_out", "verify_revise"]] = msgspec.field(
@@ -144,6 +145,9 @@ class ColdStartSection(_Section):
     search_prior: Annotated[float, Meta(ge=0)] = 8.0  # pseudo-draws of the candidate's domain mean (shrinkage)
     search_cost_weight: Annotated[float, Meta(ge=0)] = 60.0  # value = shrunk mean reward - weight x mean $
     search_epochs: PositiveFloat = 2.0
+    # > 0: each question's row is the cheapest candidate whose value is within this much reward of the best one's
+    # (services/learner/search.py choose): accuracy first, then price, on views whose only strong worker is dear.
+    search_tolerance: Annotated[float, Meta(ge=0, le=0.5)] = 0.0
     # The rows' reasoning: "Model 1 (the model tuned for ...) fits it best" (``ordinal_first``, the fixed-view
     # recipe) or "The model tuned for ... is Model 1" (``fit_first``: the worker's description is written before
     # its number, so on a view that numbers workers differently the number is read off the prompt, not recalled).

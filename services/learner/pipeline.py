@@ -150,7 +150,7 @@ def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str
     c = config.cold_start
     started = time.perf_counter()
     found = search.search(train, pool, config, reward, seed=config.model.seed)
-    picks = search.choose(found, prior=c.search_prior, cost_weight=c.search_cost_weight)
+    picks = search.choose(found, prior=c.search_prior, cost_weight=c.search_cost_weight, tolerance=c.search_tolerance)
     rows = search.rows(picks, pool, config)
     figures = {**search.figures(picks, specialists(pool)), "search_s": round(time.perf_counter() - started, 1),
                "rollouts": sum(t.n for f in found for t in f.tallies)}  # fmt: skip

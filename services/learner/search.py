@@ -162,25 +162,34 @@ def _chunks(items: list[Episode], size: int) -> list[list[Episode]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def choose(searched: Sequence[Searched], *, prior: float, cost_weight: float) -> list[tuple[Episode, Candidate]]:
-    """Each question's best candidate: shrunk mean reward minus ``cost_weight`` x mean $ (module docstring)."""
+def choose(
+    searched: Sequence[Searched], *, prior: float, cost_weight: float, tolerance: float = 0.0
+) -> list[tuple[Episode, Candidate]]:
+    """Each question's best candidate: shrunk mean reward minus ``cost_weight`` x mean $ (module docstring). With a
+    ``tolerance``: the cheapest candidate (by its domain mean $) whose value is within ``tolerance`` of the best
+    one's — accuracy first, then price, whatever a view costs (a linear $ term that fits the cheap specialists of
+    the full pool rules out a view's only strong worker when it is expensive)."""
     domain_means: dict[tuple[str, tuple[str, tuple[str, ...]]], Tally] = defaultdict(Tally)
     for s in searched:
         for cand, t in zip(candidates(len(s.episode.pool)), s.tallies, strict=True):
             domain_means[(s.episode.domain, cand.key(s.episode.pool))].add(t.reward, t.cost, t.n)
     picks = []
     for s in searched:
-        best, best_value = None, float("-inf")
-        for cand, t in zip(candidates(len(s.episode.pool)), s.tallies, strict=True):
+        scored = []  # (value, domain mean $, order, candidate)
+        for n, (cand, t) in enumerate(zip(candidates(len(s.episode.pool)), s.tallies, strict=True)):
             dm = domain_means[(s.episode.domain, cand.key(s.episode.pool))]
             if not dm.n:
                 continue
             shrunk = (t.reward + prior * dm.mean) / (t.n + prior)
-            value = shrunk - cost_weight * dm.mean_cost
-            if value > best_value:
-                best, best_value = cand, value
-        if best is not None:
-            picks.append((s.episode, best))
+            scored.append((shrunk - cost_weight * dm.mean_cost, dm.mean_cost, n, cand))
+        if not scored:
+            continue
+        best = max(value for value, *_ in scored)
+        if tolerance > 0:
+            near = [(cost, n, cand) for value, cost, n, cand in scored if value >= best - tolerance]
+            picks.append((s.episode, min(near, key=lambda x: x[:2])[2]))
+        else:
+            picks.append((s.episode, next(cand for value, _, _, cand in scored if value == best)))
     return picks
 
 

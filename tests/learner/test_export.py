@@ -159,3 +159,48 @@ def test_the_card_goes_beside_the_weights_with_the_bases_fingerprint(base: Path,
     assert isinstance(written, PolicyCard) and written.prompt == "task"
     assert written.base == fingerprint(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32))
     assert "conductor-policy.json" in {p.name for p in adapter_files(tmp_path / "adapter")}  # packed with it
+
+
+def test_a_stopped_sft_resumes_from_its_newest_checkpoint(base: Path, tmp_path: Path) -> None:
+    """A session stopped mid-SFT loses at most ``sft_save_steps`` steps: the next run continues from the checkpoint
+    made on the same rows, and other rows start afresh."""
+    from transformers import TrainerCallback
+
+    from services.learner import coldstart
+    from services.learner.config import parse_config
+
+    config = parse_config(f'[model]\nsource = "tiny"\npath = "{base}"\n[cold_start]\nsft_save_steps = 2\n'
+                          'sft_batch_size = 2\n[model.lora]\nr = 4\n')  # fmt: skip
+    rows = coldstart.synthetic_rows(sim.tasks("train")[:40], load_pool_for(config), config, 12, seed=0)
+
+    class Stopped(Exception):
+        """The session's end, mid-epoch."""
+
+    class Stop(TrainerCallback):
+        def __init__(self, at: int | None = 3) -> None:
+            self.first, self.at = None, at
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.first = self.first or state.global_step
+            if state.global_step == self.at:
+                raise Stopped
+
+    with pytest.raises(Stopped):
+        coldstart.sft(config, base, rows, tmp_path / "sft", epochs=1.0, callbacks=[Stop()])
+    assert (tmp_path / "sft.work" / "checkpoint-2").is_dir()
+    again = Stop(at=None)
+    coldstart.sft(config, base, rows, tmp_path / "sft", epochs=1.0, callbacks=[again])
+    assert again.first == 3 and (tmp_path / "sft" / "config.json").is_file()  # continued after checkpoint 2
+    assert not (tmp_path / "sft.work").exists()
+    with pytest.raises(Stopped):
+        coldstart.sft(config, base, rows, tmp_path / "other", epochs=1.0, callbacks=[Stop()])
+    fresh = Stop()
+    with pytest.raises(Stopped):
+        coldstart.sft(config, base, rows[:-2], tmp_path / "other", epochs=1.0, callbacks=[fresh])
+    assert fresh.first == 1  # other rows: the old checkpoints are not reused
+
+
+def load_pool_for(config):
+    from services.learner.stream import load_run_pool
+
+    return load_run_pool(config)

@@ -119,3 +119,16 @@ def test_the_views_preset_starts_from_the_shipped_policy_on_restricted_views():
     assert config.output.adapter_base == config.model.path  # exported against the original base
     assert config.data.k_max < len(VIEW) and 0 < config.data.full_view_fraction < 1
     assert config.cold_start.search_reasoning == "fit_first"
+
+
+def test_with_a_tolerance_the_cheapest_near_best_candidate_wins_whatever_it_costs():
+    """A view whose only strong worker is dear: a linear $ term picks the weak cheap one; the tolerance rule picks
+    the strong one, and among near-equals the cheaper."""
+    dear, cheap_weak, cheap_near = (0, 0), (3, 3), (0, 4)  # frontier twice; coder twice; frontier then small
+    two = {dear: (3.8, 0.024, 4), cheap_weak: (2.8, 0.0008, 4)}  # 95% at $0.006; 70% at $0.0002
+    found = [_searched("math", two)]
+    assert search.choose(found, prior=0.0, cost_weight=60.0)[0][1].ordinals == cheap_weak
+    assert search.choose(found, prior=0.0, cost_weight=0.0, tolerance=0.02)[0][1].ordinals == dear
+    found = [_searched("math", {**two, cheap_near: (3.76, 0.0092, 4)})]  # 94% at $0.0023
+    assert search.choose(found, prior=0.0, cost_weight=0.0, tolerance=0.02)[0][1].ordinals == cheap_near
+    assert search.choose(found, prior=0.0, cost_weight=0.0, tolerance=0.001)[0][1].ordinals == dear
