@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -78,7 +79,7 @@ from conductor.liveness import (
     set_deadline,
 )
 from conductor.wire import WireError, decode, encode
-from schemas.contract import Rep, Req, RequestReply
+from schemas.contract import Rep, Req, RequestReply, wildcard
 from schemas.errors import ErrorCode, ErrorInfo
 
 log = structlog.get_logger("conductor.endpoints")
@@ -88,12 +89,21 @@ NO_RESPONDERS_STATUS = "503"
 
 Handler = Callable[[bytes], Awaitable[bytes]]
 
+_subject: contextvars.ContextVar[str | None] = contextvars.ContextVar("conductor_request_subject", default=None)
+
+
+def request_subject() -> str | None:
+    """The subject the request being handled arrived on: a parameter of the contract's subject (the solve's
+    tenant) is read from it, never from the payload, since only the parameter's owner may publish there."""
+    return _subject.get()
+
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One request/reply subject of a service. ``subject`` is the full (prefixed) subject; ``title`` names the
-    channel in the AsyncAPI document; ``on_error`` encodes the endpoint's reply type carrying an ``ErrorInfo``;
-    ``contract`` is the declaration it was built from (``serve``), None for a raw bytes endpoint."""
+    """One request/reply subject of a service. ``subject`` is the full (prefixed) subject, its ``{name}``
+    parameters served as ``*`` (``schemas.contract.wildcard``); ``title`` names the channel in the AsyncAPI
+    document; ``on_error`` encodes the endpoint's reply type carrying an ``ErrorInfo``; ``contract`` is the
+    declaration it was built from (``serve``), None for a raw bytes endpoint."""
 
     subject: str
     queue: str
@@ -117,16 +127,15 @@ def serve(
     ``conductor_bad_requests_total{subject}``, passed to ``rejected`` (the executor counts it as a task too) and
     answered with the contract's error reply, whose ``error.field`` names the field at fault."""
     request_type = contract.request
+    family = contract.subject.split(".{", 1)[0]  # the metric's label: one per contract, never per tenant
 
     async def handle(body: bytes) -> bytes:
         try:
             request = decode(body, request_type, max_bytes=max_bytes)
         except WireError as exc:
-            log.info(
-                "rejected request", subject=contract.subject, error=exc.info.message, field=exc.info.field
-            )
+            log.info("rejected request", subject=family, error=exc.info.message, field=exc.info.field)
             reply = contract.failed(exc.info)
-            metrics.bad_request(contract.subject)
+            metrics.bad_request(family)
             if rejected is not None:
                 rejected(reply)
             return encode(reply)
@@ -173,27 +182,31 @@ def too_large(service: str, size: int) -> ErrorInfo:
     )
 
 
-async def answer_by(endpoint: Endpoint, data: bytes, deadline: float | None) -> bytes:
+async def answer_by(endpoint: Endpoint, data: bytes, deadline: float | None, subject: str | None = None) -> bytes:
     """``answer`` under the requester's deadline: not started once past it (the server's ``Watch`` cancels it when
     it passes mid-run), and visible to the handler as ``current_deadline()``."""
     if deadline is None:
-        return await answer(endpoint, data)
+        return await answer(endpoint, data, subject)
     if expired(deadline):
         return endpoint.on_error(deadline_error("while it was queued; it was not run"))
     token = set_deadline(deadline)
     try:
-        return await answer(endpoint, data)
+        return await answer(endpoint, data, subject)
     finally:
         reset_deadline(token)
 
 
-async def answer(endpoint: Endpoint, data: bytes) -> bytes:
-    """The handler's reply, or the endpoint's typed internal error if it raised."""
+async def answer(endpoint: Endpoint, data: bytes, subject: str | None = None) -> bytes:
+    """The handler's reply, or the endpoint's typed internal error if it raised. ``subject``: the one the request
+    arrived on, visible to the handler as ``request_subject()``."""
+    token = _subject.set(subject)
     try:
         return await endpoint.handler(data)
     except Exception as exc:
         log.exception("handler failed; answered with an internal error", subject=endpoint.subject)
         return endpoint.on_error(internal_error(exc))
+    finally:
+        _subject.reset(token)
 
 
 def faststream_router(endpoints: Sequence[Endpoint], *, max_workers: int) -> NatsRouter:
@@ -208,7 +221,7 @@ def faststream_router(endpoints: Sequence[Endpoint], *, max_workers: int) -> Nat
 
 def _faststream_handler(ep: Endpoint) -> Callable[[NatsMessage], Awaitable[bytes]]:
     async def handle(msg: NatsMessage) -> bytes:
-        return await answer(ep, msg.body)
+        return await answer(ep, msg.body, msg.raw_message.subject)
 
     handle.__doc__ = ep.description or ep.handler.__doc__
     return handle
@@ -249,7 +262,7 @@ class EndpointServer:
         self._watch.start()
         for ep in self._endpoints:
             sub = await self._nc.subscribe(
-                ep.subject, queue=ep.queue, cb=self._dispatcher(ep), **self._limits
+                wildcard(ep.subject), queue=ep.queue, cb=self._dispatcher(ep), **self._limits
             )
             self._subs.append(sub)
 
@@ -284,7 +297,7 @@ class EndpointServer:
             with tracing.span(f"process {ep.subject}", kind=SpanKind.SERVER, headers=msg.headers,
                               attributes=_attrs(ep.subject)):  # fmt: skip
                 async with self._slots:
-                    out = await answer_by(ep, msg.data, deadline)
+                    out = await answer_by(ep, msg.data, deadline, msg.subject)
         except asyncio.CancelledError:
             if watched is None or not watched.expired:
                 raise  # shutdown, not the deadline

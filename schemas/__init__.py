@@ -11,7 +11,7 @@ Schema evolution rules (checked by the golden-payload tests in tests/schemas):
 6. Enumerated string values (error codes, outcomes) gain members only.
 """
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """2: ``WorkReply.faults`` (failed tries by ``FaultReason``), ``SolveRequest.progress``; ``WorkRequest.idempotent``
 also landed after the v1 golden payloads.
 3: ``TaskCheckpoint.schema_version`` (stored checkpoints carry their format version, as results do) and its
@@ -25,4 +25,9 @@ versions (``PolicyVersion``, announced on ``conductor.learner.policy.<run>``).
 7: why a fallback planned (issue 19): ``PlanReply.rejected`` and ``RoundRecord.rejected`` (``RejectedSample``: each
 unusable policy sample's reason and text), ``RoundRecord.policy_error`` (the backend's failure).
 8: cancelling a task (issue 19, item 3): ``SolveRequest.owner``, ``CancelRequest`` on ``conductor.cancel.<owner>.
-<task_id>``, the error code ``cancelled``."""
+<task_id>``, the error code ``cancelled``.
+9: tenants (issue 19, item 4; docs/tenancy.md): every subject of the public API names the tenant, the NATS user
+that sends on it — ``conductor.solve.<tenant>``, ``conductor.tasks.submit.<tenant>``, ``conductor.progress.<tenant>.
+<task_id>``, ``conductor.results.<tenant>.<task_id>``, ``conductor.cancel.<tenant>.<task_id>`` — and a task's
+stored result, checkpoint and dead letter are keyed ``<tenant>.<task_id>``. No payload changed; ``SolveRequest.
+owner`` is ignored (a task's tenant cancels it). A client of schema 8 must move to the tenant's subjects."""

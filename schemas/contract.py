@@ -14,7 +14,7 @@ request, a handler bug or a responder that never answered all reach the requeste
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from schemas.errors import ErrorInfo
@@ -26,10 +26,12 @@ P = TypeVar("P")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestReply(Generic[Req, Rep]):
-    """One request/reply subject. ``subject`` is unprefixed (deployments and tests prepend their prefix);
-    ``queue`` is the queue group replicas share, named after the serving service; ``title`` names the channel in
-    the AsyncAPI document; ``error_reply`` builds the reply carrying an error, given the request when it decoded
-    (a worker call's error reply names the worker it was for)."""
+    """One request/reply subject. ``subject`` is unprefixed (deployments and tests prepend their prefix) and may
+    hold ``{name}`` parameters, one subject token each, described in ``parameters`` (the solve subject names its
+    tenant); a responder subscribes to ``wildcard(subject)``. ``queue`` is the queue group replicas share, named
+    after the serving service; ``title`` names the channel in the AsyncAPI document; ``error_reply`` builds the
+    reply carrying an error, given the request when it decoded (a worker call's error reply names the worker it
+    was for)."""
 
     subject: str
     queue: str
@@ -38,10 +40,16 @@ class RequestReply(Generic[Req, Rep]):
     reply: type[Rep]
     description: str
     error_reply: Callable[[ErrorInfo, Req | None], Rep]
+    parameters: Mapping[str, str] = field(default_factory=dict)
 
     def failed(self, info: ErrorInfo, request: Req | None = None) -> Rep:
         """The typed reply reporting ``info``."""
         return self.error_reply(info, request)
+
+
+def wildcard(subject: str) -> str:
+    """The NATS subscription matching every concrete subject of ``subject``: each ``{name}`` token becomes ``*``."""
+    return ".".join("*" if t.startswith("{") and t.endswith("}") else t for t in subject.split("."))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,12 +1,15 @@
 """The public solve API: a question in, the answer and the workflows that produced it out.
 
-Clients send JSON (``SolveRequest``) to ``conductor.solve`` and get JSON (``SolveResult``) back. Step progress is
-published on ``conductor.progress.<task_id>``. A task's owner (``SolveRequest.owner``) may stop it with a
-``CancelRequest`` on ``conductor.cancel.<owner>.<task_id>``.
+Every subject of it names the tenant — the NATS user a client connects as, which alone may use that tenant's
+subjects (conductor/access.py, docs/tenancy.md): a tenant sends JSON (``SolveRequest``) to
+``conductor.solve.<tenant>`` and gets JSON (``SolveResult``) back; step progress is published on
+``conductor.progress.<tenant>.<task_id>``; the tenant may stop its task with a ``CancelRequest`` on
+``conductor.cancel.<tenant>.<task_id>``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 import msgspec
@@ -19,23 +22,39 @@ from schemas.plan import Access, RejectedSample
 from schemas.usage import Usage, UsageSummary
 from schemas.verify import Reference, Verdict
 
+TENANT_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+"""A tenant's name: one subject token (and a NATS user name), so ``conductor.results.<tenant>.>`` is its own."""
+_TENANT = re.compile(TENANT_PATTERN)
+
+
+def valid_tenant(name: str) -> bool:
+    return bool(_TENANT.match(name))
+
+
 SOLVE_SUBJECT = "conductor.solve"
-"""Request/reply: ``SolveRequest`` JSON in, ``SolveResult`` JSON out. Queue group ``executor``."""
+"""Request/reply on ``conductor.solve.<tenant>``: ``SolveRequest`` JSON in, ``SolveResult`` JSON out. Queue group
+``executor``. (The family's root: metrics label it with this.)"""
+
+
+def solve_subject(tenant: str) -> str:
+    """Where ``tenant`` sends its solves (``SOLVE``)."""
+    return f"{SOLVE_SUBJECT}.{tenant}"
+
 
 PROGRESS_SUBJECT_PREFIX = "conductor.progress"
 
 
-def progress_subject(task_id: str) -> str:
-    """Per-task progress subject (``PROGRESS``); subscribe to ``conductor.progress.*`` for all tasks."""
-    return f"{PROGRESS_SUBJECT_PREFIX}.{task_id}"
+def progress_subject(tenant: str, task_id: str) -> str:
+    """Per-task progress subject (``PROGRESS``); a tenant may subscribe to ``conductor.progress.<tenant>.>``."""
+    return f"{PROGRESS_SUBJECT_PREFIX}.{tenant}.{task_id}"
 
 
 CANCEL_SUBJECT_PREFIX = "conductor.cancel"
 
 
-def cancel_subject(owner: str, task_id: str) -> str:
-    """Where a task's owner asks for it to stop (``CANCEL``)."""
-    return f"{CANCEL_SUBJECT_PREFIX}.{owner}.{task_id}"
+def cancel_subject(tenant: str, task_id: str) -> str:
+    """Where a task's tenant asks for it to stop (``CANCEL``)."""
+    return f"{CANCEL_SUBJECT_PREFIX}.{tenant}.{task_id}"
 
 
 PositiveInt = Annotated[int, Meta(gt=0)]
@@ -84,13 +103,13 @@ class SolveRequest(msgspec.Struct, frozen=True, kw_only=True):
     # Publish progress events on conductor.progress.<task_id> (a few per step); batch clients and training rollouts,
     # which never watch them, turn them off and save the executor that work.
     progress: Annotated[bool, Meta(description="Publish progress events on conductor.progress.<task_id>.")] = True
-    # Who may cancel the task: the NATS role that alone may publish on conductor.cancel.<owner>.<...>
-    # (conductor/access.py). A submitter can only hand its own task to a role, never take another's.
+    # Schema 8 named here the role that may cancel the task. Since schema 9 the task's tenant (the subject it was
+    # sent on) cancels it, and this field is ignored; it stays so that old requests still decode (rule 3).
     owner: Annotated[
-        Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None,
+        Annotated[str, Meta(pattern=TENANT_PATTERN)] | None,
         Meta(
-            description="The role that may cancel the task with a CancelRequest on "
-            "conductor.cancel.<owner>.<task_id> (\"gateway\" for the HTTP gateway's tasks); unset: no one can."
+            description="Deprecated, ignored since schema 9: a task is cancelled by its tenant, with a "
+            "CancelRequest on conductor.cancel.<tenant>.<task_id>."
         ),
     ] = None
 
@@ -147,13 +166,15 @@ class SolveResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 SOLVE: RequestReply[SolveRequest, SolveResult] = RequestReply(
-    subject=SOLVE_SUBJECT,
+    subject=SOLVE_SUBJECT + ".{tenant}",
     queue="executor",
     title="solve",
     request=SolveRequest,
     reply=SolveResult,
     description="The public solve API: a JSON SolveRequest in, a JSON SolveResult out (answer, workflows, usage, "
-    "verdict). Bad input gets a result whose error names the field. Progress events: conductor.progress.<task_id>.",
+    "verdict). Bad input gets a result whose error names the field. Progress events: "
+    "conductor.progress.<tenant>.<task_id>.",
+    parameters={"tenant": "The NATS user sending the solve: only that user may publish here (conductor/access.py)."},
     error_reply=lambda info, request: SolveResult(
         task_id=(request.task_id or "") if request else "", error=info
     ),
@@ -171,13 +192,14 @@ class CancelRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 CANCEL: Event[CancelRequest] = Event(
     title="cancel",
-    address=CANCEL_SUBJECT_PREFIX + ".{owner}.{task_id}",
+    address=CANCEL_SUBJECT_PREFIX + ".{tenant}.{task_id}",
     payload=CancelRequest,
     description="Stop a running task (the gateway sends it when its HTTP client hangs up). Heard by every executor; "
     "the one running the task starts no further call and answers with what ran. Best effort (core NATS): "
     "a sender repeats it until the task's result is in. A cancel for a task not started yet is remembered for a while.",
     parameters={
-        "owner": "The task's SolveRequest.owner: only that NATS role may publish here (conductor/access.py).",
+        "tenant": "The task's tenant (the NATS user that sent it): only that user may publish here "
+        "(conductor/access.py).",
         "task_id": "The task's id.",
     },
 )
@@ -200,8 +222,12 @@ class ProgressEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 PROGRESS: Event[ProgressEvent] = Event(
     title="progress",
-    address=PROGRESS_SUBJECT_PREFIX + ".{task_id}",
+    address=PROGRESS_SUBJECT_PREFIX + ".{tenant}.{task_id}",
     payload=ProgressEvent,
-    description="One event per planned round and finished step, then `done`. Best effort (core NATS).",
-    parameters={"task_id": "The task's id (SolveRequest.task_id or generated)."},
+    description="One event per planned round and finished step, then `done`. Best effort (core NATS). Only the "
+    "task's tenant may subscribe here.",
+    parameters={
+        "tenant": "The task's tenant (the NATS user that sent it).",
+        "task_id": "The task's id (SolveRequest.task_id or generated).",
+    },
 )

@@ -1,13 +1,18 @@
 """Durable intake on JetStream: the task stream, checkpoints, results and dead letters.
 
-- Publish a ``SolveRequest`` JSON (with ``task_id`` set) to ``conductor.tasks.submit`` on the ``CONDUCTOR_TASKS``
-  work-queue stream with the header ``Nats-Msg-Id: <task_id>``; JetStream drops duplicates within the window.
-- The final ``SolveResult`` is stored in the KV bucket ``CONDUCTOR_RESULTS`` under the task id and published to
-  ``conductor.results.<task_id>`` (stream ``CONDUCTOR_RESULT_EVENTS``, also deduplicated by task id).
+Every task belongs to a tenant, the NATS user that submitted it, named by the subject it was submitted on (only
+that user may publish there, conductor/access.py); its state is keyed ``<tenant>.<task_id>`` (``task_key``), so
+tenants never share a task, and each may read only its own keys (docs/tenancy.md).
+
+- Publish a ``SolveRequest`` JSON (with ``task_id`` set) to ``conductor.tasks.submit.<tenant>`` on the
+  ``CONDUCTOR_TASKS`` work-queue stream with the header ``Nats-Msg-Id: <tenant>.<task_id>``; JetStream drops
+  duplicates within the window.
+- The final ``SolveResult`` is stored in the KV bucket ``CONDUCTOR_RESULTS`` under ``<tenant>.<task_id>`` and
+  published to ``conductor.results.<tenant>.<task_id>`` (stream ``CONDUCTOR_RESULT_EVENTS``, also deduplicated).
 - The executor checkpoints a ``TaskCheckpoint`` in ``CONDUCTOR_CHECKPOINTS`` after every step; a redelivered task
   resumes from it.
-- A task that keeps failing transiently past ``max_deliver`` gets a ``DeadLetter`` on ``conductor.dead.<task_id>``
-  (stream ``CONDUCTOR_DEAD``) and a final result carrying the error.
+- A task that keeps failing transiently past ``max_deliver`` gets a ``DeadLetter`` on
+  ``conductor.dead.<tenant>.<task_id>`` (stream ``CONDUCTOR_DEAD``) and a final result carrying the error.
 """
 
 from __future__ import annotations
@@ -38,22 +43,31 @@ LIMITS_BUCKET = "CONDUCTOR_LIMITS"  # the worker-adapter's back-pressure record 
 POLICIES_BUCKET = "CONDUCTOR_POLICIES"  # the learner's Object Store of policy versions (issue 12)
 
 
-def result_subject(task_id: str) -> str:
-    return f"{RESULT_SUBJECT_PREFIX}.{task_id}"
+def task_key(tenant: str, task_id: str) -> str:
+    """A task's name in the deployment: its results key, checkpoint key, dead letter's and result event's subject
+    tail, deduplication id and worker-call ledger id. Task ids are the tenant's to choose; two tenants' equal ids
+    are two tasks."""
+    return f"{tenant}.{task_id}"
+
+
+def result_subject(tenant: str, task_id: str) -> str:
+    return f"{RESULT_SUBJECT_PREFIX}.{task_key(tenant, task_id)}"
 
 
 RESULTS: Event[SolveResult] = Event(
     title="results",
-    address=RESULT_SUBJECT_PREFIX + ".{task_id}",
+    address=RESULT_SUBJECT_PREFIX + ".{tenant}.{task_id}",
     payload=SolveResult,
     description="The final result of a durable task, once per task (JetStream stream CONDUCTOR_RESULT_EVENTS, "
-    "deduplicated by task id); also stored in the KV bucket CONDUCTOR_RESULTS under the task id.",
-    parameters={"task_id": "The task's id."},
+    "deduplicated by <tenant>.<task_id>); also stored in the KV bucket CONDUCTOR_RESULTS under <tenant>.<task_id>. "
+    "Only the task's tenant may subscribe here or read that key.",
+    parameters={"tenant": "The task's tenant (the NATS user that submitted it).", "task_id": "The task's id."},
 )
 
 
-def dead_subject(task_id: str) -> str:
-    return f"{DEAD_SUBJECT_PREFIX}.{task_id}"
+def dead_subject(key: str) -> str:
+    """The dead letter of the task ``key`` (``task_key``)."""
+    return f"{DEAD_SUBJECT_PREFIX}.{key}"
 
 
 CHECKPOINT_VERSION = SCHEMA_VERSION
@@ -100,7 +114,7 @@ class Names(msgspec.Struct, frozen=True, kw_only=True):
     stream and bucket names a suffix derived from it, so separate prefixes never share state."""
 
     tasks_stream: str
-    submit_subject: str
+    submit_subject: str  # the root: a tenant submits on ``submit(tenant)``
     results_bucket: str
     result_events_stream: str
     result_prefix: str
@@ -135,8 +149,17 @@ class Names(msgspec.Struct, frozen=True, kw_only=True):
             learner_jobs_stream=JOBS_STREAM + suffix,
         )
 
-    def result_subject(self, task_id: str) -> str:
-        return self.result_prefix + result_subject(task_id).removeprefix(RESULT_SUBJECT_PREFIX)
+    def submit(self, tenant: str) -> str:
+        """Where ``tenant`` submits durable tasks."""
+        return f"{self.submit_subject}.{tenant}"
 
-    def dead_subject(self, task_id: str) -> str:
-        return self.dead_prefix + dead_subject(task_id).removeprefix(DEAD_SUBJECT_PREFIX)
+    def submitter(self, subject: str) -> str | None:
+        """The tenant a task was submitted by, from the subject it arrived on; None for any other subject."""
+        tenant = subject.removeprefix(self.submit_subject + ".")
+        return tenant if tenant != subject and "." not in tenant else None
+
+    def result_subject(self, tenant: str, task_id: str) -> str:
+        return f"{self.result_prefix}.{task_key(tenant, task_id)}"
+
+    def dead_subject(self, key: str) -> str:
+        return self.dead_prefix + dead_subject(key).removeprefix(DEAD_SUBJECT_PREFIX)

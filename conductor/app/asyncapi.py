@@ -23,9 +23,11 @@ from schemas import SCHEMA_VERSION
 from schemas.catalog import EVENTS, REQUEST_REPLY
 from schemas.contract import Event
 from schemas.solve import SolveRequest
+from schemas.tasks import SUBMIT_SUBJECT
 
 DESCRIPTION = f"""Conductor: a learned orchestrator of worker LLMs (arXiv 2512.04388) as NATS services.
-Clients use `conductor.solve` (request/reply, JSON); progress events arrive on `conductor.progress.<task_id>`.
+A tenant (the NATS user a client connects as) uses `conductor.solve.<tenant>` (request/reply, JSON); progress events
+arrive on `conductor.progress.<tenant>.<task_id>`; each tenant may use only its own subjects (docs/tenancy.md).
 The other channels are internal between services. Schema version {SCHEMA_VERSION}; evolution rules in schemas/__init__.py."""
 
 
@@ -72,11 +74,16 @@ def asyncapi_document() -> dict[str, Any]:
         doc["operations"][title]["reply"] = {
             "messages": [{"$ref": f"#/channels/{title}/messages/ReplyMessage"}],
         }
+        if contract.parameters:
+            channel["parameters"] = {name: {"description": text} for name, text in contract.parameters.items()}
 
     tasks = doc["channels"].get("tasks")
     if tasks is not None:  # the durable intake: a SolveRequest per message, no reply (results below)
         for ref in tasks["messages"].values():
             messages[ref["$ref"].rsplit("/", 1)[-1]]["payload"] = by_type[SolveRequest]
+        tasks["address"] = tasks["bindings"]["nats"]["subject"] = SUBMIT_SUBJECT + ".{tenant}"
+        tasks["parameters"] = {"tenant": {"description": "The NATS user submitting the task: only that user may "
+                                          "publish here (conductor/access.py)."}}  # fmt: skip
     for event in EVENTS:
         _add_event(doc, event, by_type[event.payload])
     return doc

@@ -28,7 +28,11 @@ def test_document_covers_every_subject_with_real_payload_schemas():
     assert doc["asyncapi"].startswith("3.")
     channels = doc["channels"]
     assert {"solve", "plan", "work", "verify", "tasks", "progress", "results"} <= set(channels)
-    assert channels["solve"]["address"] == "conductor.solve"
+    assert channels["solve"]["address"] == "conductor.solve.{tenant}"  # each tenant its own (docs/tenancy.md)
+    assert set(channels["solve"]["parameters"]) == {"tenant"} and set(channels["tasks"]["parameters"]) == {"tenant"}
+    assert channels["tasks"]["address"] == "conductor.tasks.submit.{tenant}"
+    for name in ("progress", "results", "cancel"):
+        assert channels[name]["address"].split(".")[2] == "{tenant}", name
     assert channels["solve"]["bindings"]["nats"]["queue"] == "executor"
     for ref in _refs(doc):  # every reference resolves
         _resolve(doc, ref)

@@ -118,8 +118,8 @@ def test_published_subjects_are_declared_once_and_documented_from_the_declaratio
     from schemas.solve import PROGRESS, progress_subject
     from schemas.tasks import RESULTS, result_subject
 
-    assert PROGRESS.subject(task_id="t-1") == progress_subject("t-1")
-    assert RESULTS.subject(task_id="t-1") == result_subject("t-1")
+    assert PROGRESS.subject(tenant="a", task_id="t-1") == progress_subject("a", "t-1")
+    assert RESULTS.subject(tenant="a", task_id="t-1") == result_subject("a", "t-1")
     doc = asyncapi_document()
     for event in EVENTS:
         channel = doc["channels"][event.title]

@@ -23,7 +23,7 @@ async def test_a_resumed_old_checkpoint_is_saved_with_the_current_version() -> N
     store = TaskStore(None, Names.for_prefix(""), StoreSettings())  # type: ignore[arg-type]
     kv = store._checkpoints = _KV()  # type: ignore[assignment]
     old = TaskCheckpoint(task_id="t-1", request=SolveRequest(question="q"), schema_version=2)
-    await store.save_checkpoint(old)
-    saved = msgspec.json.decode(kv.stored["t-1"], type=TaskCheckpoint)
-    assert saved.schema_version == CHECKPOINT_VERSION == 8
+    await store.save_checkpoint("client.t-1", old)
+    saved = msgspec.json.decode(kv.stored["client.t-1"], type=TaskCheckpoint)
+    assert saved.schema_version == CHECKPOINT_VERSION == 9
     assert msgspec.structs.replace(saved, schema_version=2) == old
