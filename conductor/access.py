@@ -23,6 +23,18 @@ follow their progress and the announcements.
 
 Never granted: ``>``, deleting or purging a stream or bucket (a published policy version is immutable: the learner
 puts a name once and never purges it), and consumers on another role's streams.
+
+Tenants (issue 19, item 4; docs/tenancy.md). A tenant is a NATS user that submits tasks: ``client`` (the default
+one, `conductor solve` and `result`), the ``gateway`` (which keeps its API keys apart itself), and every name an
+operator lists (``CONDUCTOR_TENANTS`` for the embedded server, ``auth.tenants`` in the chart), each a user with the
+client's grant on its own name. Every subject of the public API carries the tenant's name, and a tenant may use
+only its own: it sends on ``conductor.solve.<tenant>`` and ``conductor.tasks.submit.<tenant>``, cancels on
+``conductor.cancel.<tenant>.>``, hears ``conductor.progress.<tenant>.>`` and ``conductor.results.<tenant>.>``, and
+reads stored results only through ``$JS.API.DIRECT.GET.KV_CONDUCTOR_RESULTS.$KV.CONDUCTOR_RESULTS.<tenant>.>`` —
+the direct get that names the key in its subject. Never the bare ``DIRECT.GET.<stream>`` or ``STREAM.MSG.GET``,
+whose key is in the request body where no permission can see it, nor ``STREAM.INFO``, which lists every key, nor a
+consumer (a watch) on the bucket. The executor reads the tenant from the subject a task arrived on (only that user
+may publish there) and keys everything it keeps by ``<tenant>.<task_id>`` (``schemas.tasks.task_key``).
 """
 
 from __future__ import annotations
@@ -33,11 +45,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from conductor.liveness import MIN_BEAT_S
-from schemas.contract import Event, RequestReply
+from schemas.contract import Event, RequestReply, wildcard
 from schemas.learner import JOBS_CONSUMER, LEARNER_PROGRESS, POLICY_VERSIONS, TRAIN_SUBJECT
 from schemas.plan import PLAN
 from schemas.rollout import ROLLOUT
-from schemas.solve import CANCEL, PROGRESS, SOLVE
+from schemas.solve import CANCEL, PROGRESS, SOLVE, solve_subject, valid_tenant
 from schemas.tasks import INTAKE_CONSUMER, RESULTS, Names
 from schemas.verify import VERIFY
 from schemas.work import WORK
@@ -46,9 +58,13 @@ CLIENT = "client"
 TRAINER = "trainer"
 GATEWAY = "gateway"
 ROLES = ("client", "executor", "planner", "worker-adapter", "verifier", "gateway", "learner", "trainer")
-"""Every NATS user of a deployment: the services by their ``serve`` names, ``client`` for `conductor solve`,
-`conductor result`, `conductor eval` and any operator's client, ``trainer`` for the operator who submits training
-jobs (a job's policy may become the served one: an operator's act, never a client's)."""
+"""Every NATS user of a deployment besides its extra tenants: the services by their ``serve`` names, ``client`` for
+`conductor solve`, `conductor result`, `conductor eval` and any operator's client (the default tenant), ``trainer``
+for the operator who submits training jobs (a job's policy may become the served one: an operator's act, never a
+client's)."""
+
+TENANT_PLACEHOLDER = "{tenant}"
+"""Stands for a tenant's name in the chart's tenant permissions (``chart_values``), replaced per tenant."""
 
 RESPONSE_WINDOW_S: Mapping[str, int] = {
     "executor": 3600,  # a solve or a rollout batch: as long as its requester waits (the CLI's default 600 s)
@@ -106,7 +122,19 @@ def is_reply_inbox(reply: str) -> bool:
 
 
 def _subject(contract: RequestReply, prefix: str) -> str:
-    return prefix + contract.subject
+    """What a responder subscribes to: every concrete subject of the contract (a tenant's solve included)."""
+    return prefix + wildcard(contract.subject)
+
+
+def _own(event: Event, prefix: str, tenant: str) -> str:
+    """Every subject of an event that belongs to ``tenant`` (its first parameter)."""
+    return prefix + event.subject(tenant=tenant, task_id=">")
+
+
+def _own_results(n: Names, tenant: str) -> str:
+    """The stored results of ``tenant``: a direct get names the key in its subject, so this is its keys only."""
+    bucket = n.results_bucket
+    return f"{API}.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{tenant}.>"
 
 
 def _all(event: Event, prefix: str) -> str:
@@ -114,9 +142,9 @@ def _all(event: Event, prefix: str) -> str:
     return prefix + event.address.split("{", 1)[0] + ">"
 
 
-def _cancels_of(owner: str, prefix: str) -> str:
-    """The cancel subjects of the tasks ``owner`` owns (``SolveRequest.owner``): only that role publishes there."""
-    return prefix + CANCEL.subject(owner=owner, task_id=">")
+def _cancels_of(tenant: str, prefix: str) -> str:
+    """The cancel subjects of ``tenant``'s tasks: only that user publishes there."""
+    return prefix + CANCEL.subject(tenant=tenant, task_id=">")
 
 
 def _stream(name: str, *ops: str) -> list[str]:
@@ -148,17 +176,23 @@ def _watch(stream: str) -> list[str]:
     ]
 
 
-def _client(n: Names, p: str) -> Grant:
+def _client(n: Names, p: str, tenant: str) -> Grant:
+    """A tenant: its own tasks in, its own progress, result events and stored results out (module docstring)."""
     return Grant(
         publish=(
-            _subject(SOLVE, p),
-            n.submit_subject,
-            _cancels_of(CLIENT, p),
-            *_kv_read(n.results_bucket),
+            p + solve_subject(tenant),
+            n.submit(tenant),
+            _cancels_of(tenant, p),
+            _own_results(n, tenant),
             f"{API}.CONSUMER.INFO.{n.tasks_stream}.{INTAKE_CONSUMER}",  # `conductor status`: the intake's lag
         ),
-        # Result events, training progress and policy announcements are public: reading, never writing.
-        subscribe=(_all(PROGRESS, p), _all(RESULTS, p), _all(LEARNER_PROGRESS, p), _all(POLICY_VERSIONS, p)),
+        # Training progress and policy announcements are public: reading, never writing.
+        subscribe=(
+            _own(PROGRESS, p, tenant),
+            _own(RESULTS, p, tenant),
+            _all(LEARNER_PROGRESS, p),
+            _all(POLICY_VERSIONS, p),
+        ),
     )
 
 
@@ -193,6 +227,7 @@ def _executor(n: Names, p: str) -> Grant:
             *_reads(n.result_events_stream),
             *_stream(n.dead_stream, "CREATE", "UPDATE", "INFO"),
             *_kv_write(n.results_bucket),
+            *_stream(f"KV_{n.results_bucket}", "UPDATE"),  # direct gets on, for a bucket made before schema 9
             *_kv_write(n.checkpoints_bucket),
         ),
         subscribe=(_subject(SOLVE, p), _subject(ROLLOUT, p), _all(CANCEL, p)),
@@ -232,17 +267,18 @@ def _verifier(n: Names, p: str) -> Grant:
     return Grant(publish=(), subscribe=(_subject(VERIFY, p),), window_s=RESPONSE_WINDOW_S["verifier"])
 
 
-def _gateway(n: Names, p: str) -> Grant:
-    """A client of the public API (services/gateway/bus.py) with its own quota bucket."""
+def _gateway(n: Names, p: str, tenant: str) -> Grant:
+    """A tenant of the public API (services/gateway/bus.py) with its own quota bucket; it keeps its API keys' tasks
+    apart itself (services/gateway/calls.py)."""
     return Grant(
         publish=(
-            _subject(SOLVE, p),
-            n.submit_subject,
-            _cancels_of(GATEWAY, p),  # a task whose HTTP client hung up (services/gateway/calls.py)
-            *_kv_read(n.results_bucket),
+            p + solve_subject(tenant),
+            n.submit(tenant),
+            _cancels_of(tenant, p),  # a task whose HTTP client hung up (services/gateway/calls.py)
+            _own_results(n, tenant),
             *_kv_write(n.gateway_quota_bucket),
         ),
-        subscribe=(_all(PROGRESS, p), _all(RESULTS, p)),
+        subscribe=(_own(PROGRESS, p, tenant), _own(RESULTS, p, tenant)),
     )
 
 
@@ -272,25 +308,48 @@ def _learner(n: Names, p: str) -> Grant:
     )
 
 
+_TENANT_GRANTS = {"client": _client, "gateway": _gateway}
+"""Roles whose user is a tenant: their grant is on the user's own name."""
+
 _GRANTS = {
-    "client": _client,
     "executor": _executor,
     "planner": _planner,
     "worker-adapter": _worker_adapter,
     "verifier": _verifier,
-    "gateway": _gateway,
     "learner": _learner,
     "trainer": _trainer,
 }
 
 
-def grant(role: str, prefix: str = "") -> Grant:
-    """What ``role`` may do under subject prefix ``prefix`` (tests and tenants get their own streams and buckets)."""
+def grant(role: str, prefix: str = "", *, tenant: str | None = None) -> Grant:
+    """What ``role`` may do under subject prefix ``prefix`` (tests get their own streams and buckets); a tenant
+    role's grant is on ``tenant`` (default: the role's own name)."""
+    names = Names.for_prefix(prefix)
+    if role in _TENANT_GRANTS:
+        return _TENANT_GRANTS[role](names, prefix, tenant or role)
     try:
         build = _GRANTS[role]
     except KeyError:
         raise ValueError(f"unknown NATS role {role!r}; roles: {', '.join(ROLES)}") from None
-    return build(Names.for_prefix(prefix), prefix)
+    return build(names, prefix)
+
+
+def role_of(user: str) -> str:
+    """A user's role: a role's own user, else an extra tenant (a ``client`` on its own name)."""
+    return user if user in ROLES else CLIENT
+
+
+def tenants(names: Iterable[str]) -> tuple[str, ...]:
+    """Extra tenants as an operator lists them, checked: each a valid name (one subject token, a NATS user), none a
+    role's, none twice. ``ValueError`` names the first at fault."""
+    seen: list[str] = []
+    for name in names:
+        if not valid_tenant(name):
+            raise ValueError(f"tenant {name!r}: 1-64 ASCII letters, digits, '_' or '-'")
+        if name in ROLES or name in seen:
+            raise ValueError(f"tenant {name!r}: {'a role' if name in ROLES else 'listed twice'}; tenants are extra users")
+        seen.append(name)
+    return tuple(seen)
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,8 +364,8 @@ class Permissions:
 
 
 def permissions(role: str, *, user: str | None = None, prefix: str = "") -> Permissions:
-    g = grant(role, prefix)
     user = user or role
+    g = grant(role, prefix, tenant=user)
     return Permissions(
         user=user,
         publish=g.publish,
@@ -317,10 +376,12 @@ def permissions(role: str, *, user: str | None = None, prefix: str = "") -> Perm
 
 
 def authorization(passwords: Mapping[str, str], *, prefix: str = "") -> str:
-    """The nats-server ``authorization`` block: one user per role in ``passwords`` (user name = role)."""
-    roles = [role for role in ROLES if role in passwords]
-    users = [_user_block(permissions(role, prefix=prefix), passwords[role]) for role in roles]
-    return "authorization {\n  users = [\n" + "\n".join(users) + "\n  ]\n}\n"
+    """The nats-server ``authorization`` block: one user per name in ``passwords``, a role's (user name = role) or
+    an extra tenant's (``role_of``)."""
+    users = [role for role in ROLES if role in passwords]
+    users += tenants(sorted(set(passwords) - set(ROLES)))
+    blocks = [_user_block(permissions(role_of(u), user=u, prefix=prefix), passwords[u]) for u in users]
+    return "authorization {\n  users = [\n" + "\n".join(blocks) + "\n  ]\n}\n"
 
 
 def _user_block(perms: Permissions, password: str) -> str:
@@ -354,9 +415,10 @@ CHART_BLOCKS: Mapping[str, str] = {
 
 
 def chart_values() -> dict[str, dict[str, object]]:
-    """The ``nats`` block each chart service should carry (user, publish, subscribe, responses) and, under
-    ``auth.users.client`` and ``auth.users.trainer``, those users' lists: what tests/deploy compares values.yaml
-    with. The chart appends each user's inbox prefix itself (``_INBOX.<user>.>``), since the user name is a value."""
+    """The ``nats`` block each chart service should carry (user, publish, subscribe, responses); under
+    ``auth.users.client`` and ``auth.users.trainer``, those users' lists; under ``auth.tenant``, every extra tenant's
+    (``auth.tenants``), ``{tenant}`` standing for its name: what tests/deploy compares values.yaml with. The chart
+    appends each user's inbox prefix itself (``_INBOX.<user>.>``), since the user name is a value."""
     out: dict[str, dict[str, object]] = {}
     users = [(f"auth.users.{role}", role) for role in (CLIENT, TRAINER)]
     for block, role in [*CHART_BLOCKS.items(), *users]:
@@ -367,4 +429,6 @@ def chart_values() -> dict[str, dict[str, object]]:
         if g.window_s is not None:
             entry["responses"] = {"max": g.max_responses, "expires": f"{g.window_s}s"}
         out[block] = entry
+    g = grant(CLIENT, tenant=TENANT_PLACEHOLDER)
+    out["auth.tenant"] = {"publish": list(g.publish), "subscribe": list(g.subscribe)}
     return out

@@ -3,7 +3,8 @@
 Three cases, in this order:
 - ``NATS_URL`` carries a user (``nats://planner:secret@host``: the chart, an external server): that user, as given.
 - ``CONDUCTOR_NATS_CREDENTIALS`` names a credentials file (the embedded nats-server of ``demo``/``serve all``/
-  ``eval`` writes one per run): the process's own role, with the password the file holds for it.
+  ``eval`` writes one per run): the process's own role, with the password the file holds for it (a client's
+  "role" is its tenant: ``CONDUCTOR_NATS_USER``, else ``client``; docs/tenancy.md).
 - neither: no credentials (a server without authorization, as most tests start).
 
 Whatever the case, the connection's inbox prefix is ``_INBOX.<user>`` (the role when no user is given), the only

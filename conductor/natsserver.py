@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -76,9 +76,13 @@ class NatsServer:
         self._proc: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def secured(cls, port: int | None = None, store_dir: Path | None = None, *, prefix: str = "") -> NatsServer:
-        """A server with a user per role and a fresh random password for each (this run's only)."""
-        return cls(port, store_dir, passwords=credentials.generate(), prefix=prefix)
+    def secured(
+        cls, port: int | None = None, store_dir: Path | None = None, *, prefix: str = "", tenants: Iterable[str] = ()
+    ) -> NatsServer:
+        """A server with a user per role and per extra tenant (``CONDUCTOR_TENANTS``: each a client on its own
+        name, conductor/access.py) and a fresh random password for each (this run's only)."""
+        users = (*access.ROLES, *access.tenants(tenants))
+        return cls(port, store_dir, passwords=credentials.generate(users), prefix=prefix)
 
     @property
     def url(self) -> str:

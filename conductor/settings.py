@@ -107,6 +107,21 @@ def listing(sep: str = ",") -> Callable[[str], tuple[str, ...]]:
     return lambda raw: tuple(p.strip() for p in raw.split(sep) if p.strip())
 
 
+def tenant_list(raw: str) -> tuple[str, ...]:
+    """Extra tenants' names, checked as conductor/access.py checks them (one subject token each, no role's)."""
+    from conductor.access import tenants  # the one rule for tenant names
+
+    return tenants(listing()(raw))
+
+
+def tenant_name(raw: str) -> str:
+    """One tenant's name: ``client``, ``gateway`` or an extra tenant's."""
+    from conductor.access import CLIENT, GATEWAY
+
+    name = raw.strip()
+    return name if name in (CLIENT, GATEWAY) else tenant_list(name)[0]
+
+
 def _strip_annotated(hint: Any) -> tuple[Any, list[Any]]:
     extras: list[Any] = []
     while typing.get_origin(hint) is Annotated:
@@ -293,6 +308,24 @@ class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
             "ignored when NATS_URL names a user.",
         ),
     ] = None
+    nats_user: Annotated[
+        str | None,
+        Env(
+            "CONDUCTOR_NATS_USER",
+            "The tenant a client (`conductor solve`, `result`, `eval`, `status`) connects as with the credentials "
+            "file; unset: `client`. Services always connect as their own role (docs/tenancy.md).",
+            parse=tenant_name,
+        ),
+    ] = None
+    tenants: Annotated[
+        tuple[str, ...],
+        Env(
+            "CONDUCTOR_TENANTS",
+            "Tenants besides `client` and the gateway (comma-separated): the embedded nats-server of `serve "
+            "--embedded-nats`/`demo`/`eval` makes each a user that reads only its own tasks (docs/tenancy.md).",
+            parse=tenant_list,
+        ),
+    ] = ()
     log_level: Annotated[
         str, msgspec.Meta(pattern="^(?i:debug|info|warning|error|critical)$"), Env("CONDUCTOR_LOG_LEVEL", "Log level.")
     ] = "INFO"

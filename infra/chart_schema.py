@@ -79,6 +79,7 @@ BY_NAME: dict[str, dict[str, Any]] = {
     "seccompProfile": _PROFILE,
     "appArmorProfile": _PROFILE,
 }
+TENANT_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # schemas.solve.TENANT_PATTERN: one subject token, a NATS user name
 BY_PATH: dict[str, dict[str, Any]] = {
     "metricsPort": _PORT,
     "logLevel": {"enum": ["DEBUG", "INFO", "WARNING", "ERROR"]},
@@ -96,6 +97,7 @@ BY_PATH: dict[str, dict[str, Any]] = {
     "networkPolicy.kubeApiPorts": {"type": "array", "items": _PORT},
     "test.timeoutSeconds": {"type": "integer", "minimum": 10},
     "tracing.otlpEndpoint": {"type": "string", "pattern": r"^$|^https?://[^\s/]+(/.*)?$"},
+    "auth.tenants": {"type": "array", "items": {"type": "string", "pattern": TENANT_PATTERN}, "uniqueItems": True},
 }
 # Free-form maps: Kubernetes types or user-named entries, validated by the API server or by ENTRY below.
 OPEN = {

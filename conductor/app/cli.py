@@ -43,8 +43,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"conductor serve: {which}", file=sys.stderr)
     server = None
     if args.embedded_nats and not reachable(CommonSettings.from_env(env).nats_url):
-        prefix = CommonSettings.from_env(env).subject_prefix
-        server = NatsServer.secured(prefix=prefix).start()  # a NATS user per service (conductor/access.py)
+        common = CommonSettings.from_env(env)  # a NATS user per service and tenant (conductor/access.py)
+        server = NatsServer.secured(prefix=common.subject_prefix, tenants=common.tenants).start()
         env |= server.env()
     settings = CommonSettings.from_env(env)
     from conductor import tracing
@@ -86,6 +86,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 if server is not None:  # how `conductor solve` (or any client) gets in: as the user `client`
                     clients = " ".join(f"{k}={v}" for k, v in server.env().items())
                     print(f"clients: {clients}", file=sys.stderr, flush=True)
+                    if settings.tenants:  # each its own namespace (docs/tenancy.md)
+                        print(f"tenants: {' '.join(settings.tenants)} (as one: CONDUCTOR_NATS_USER=<tenant>)",
+                              file=sys.stderr, flush=True)  # fmt: skip
                 await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
                 if collector is not None:
                     collector.cancel()

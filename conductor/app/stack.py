@@ -42,8 +42,8 @@ async def local_stack(
     up = mode != "private" and reachable(CommonSettings.from_env(env).nats_url)
     with contextlib.ExitStack() as exits:
         if not up:
-            prefix = CommonSettings.from_env(env).subject_prefix  # a NATS user per service (conductor/access.py)
-            env |= exits.enter_context(NatsServer.secured(prefix=prefix)).env()
+            common = CommonSettings.from_env(env)  # a NATS user per service and tenant (conductor/access.py)
+            env |= exits.enter_context(NatsServer.secured(prefix=common.subject_prefix, tenants=common.tenants)).env()
         settings = CommonSettings.from_env(env)
         if mode == "auto" and up:
             yield Stack(settings=settings, env=env, embedded_nats=False, services_started=False)

@@ -35,9 +35,9 @@ def test_no_role_reaches_everything_or_another_inbox(role):
 
 def test_only_the_serving_role_receives_a_request_subject():
     receivers = {s: [r for r in access.ROLES if s in access.grant(r).subscribe] for s in
-                 (PLAN_SUBJECT, WORK_SUBJECT, VERIFY_SUBJECT, "conductor.solve", "conductor.rollout")}  # fmt: skip
+                 (PLAN_SUBJECT, WORK_SUBJECT, VERIFY_SUBJECT, "conductor.solve.*", "conductor.rollout")}  # fmt: skip
     assert receivers == {PLAN_SUBJECT: ["planner"], WORK_SUBJECT: ["worker-adapter"], VERIFY_SUBJECT: ["verifier"],
-                         "conductor.solve": ["executor"], "conductor.rollout": ["executor"]}  # fmt: skip
+                         "conductor.solve.*": ["executor"], "conductor.rollout": ["executor"]}  # fmt: skip
 
 
 def test_only_executors_write_results_and_checkpoints_and_only_adapters_their_state():
@@ -63,6 +63,27 @@ def test_a_prefix_moves_subjects_streams_and_buckets():
     assert "$KV.CONDUCTOR_CACHE_T1.>" in grant.publish and "$KV.CONDUCTOR_CACHE.>" not in grant.publish
 
 
+def test_each_tenant_is_granted_its_own_namespace_only():
+    """Issue 19, item 4: two tenants' grants share no subject of the public API, and neither may read the results
+    bucket any way but a direct get of its own keys (docs/tenancy.md)."""
+    acme, beta = (access.permissions(access.role_of(t), user=t) for t in ("acme", "beta"))
+    public = ("conductor.learner.", "$JS.API.CONSUMER.INFO.CONDUCTOR_TASKS.")  # training news, the intake's lag
+    own = {s for s in acme.publish + acme.subscribe if not s.startswith(public)}
+    assert own and all(".acme." in s or s.endswith(".acme") for s in own), own
+    assert not own & set(beta.publish + beta.subscribe)
+    reads = [s for s in acme.publish if "RESULTS" in s]
+    assert reads == ["$JS.API.DIRECT.GET.KV_CONDUCTOR_RESULTS.$KV.CONDUCTOR_RESULTS.acme.>"]
+    gateway = access.grant("gateway")
+    assert "conductor.results.gateway.>" in gateway.subscribe and "conductor.results.>" not in gateway.subscribe
+    assert access.grant("client", tenant="acme") == access.grant(access.role_of("acme"), tenant="acme")
+
+
+@pytest.mark.parametrize("names", [["a.b"], ["executor"], ["client"], ["x", "x"], ["*"], [""]])
+def test_a_tenant_is_one_subject_token_and_no_roles_name(names):
+    with pytest.raises(ValueError, match="tenant"):
+        access.tenants(names)
+
+
 def test_the_authorization_block_is_valid_server_config(tmp_path):
     passwords = credentials.generate()
     conf = tmp_path / "nats.conf"
@@ -70,6 +91,10 @@ def test_the_authorization_block_is_valid_server_config(tmp_path):
     check = subprocess.run([find_binary(), "-c", str(conf), "-t"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     assert conf.read_text().count("user:") == len(access.ROLES)
+    conf.write_text(access.authorization(credentials.generate((*access.ROLES, "acme", "beta-2"))))
+    check = subprocess.run([find_binary(), "-c", str(conf), "-t"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    assert 'user: "acme"' in conf.read_text() and "conductor.results.beta-2.>" in conf.read_text()
 
 
 def test_the_credentials_file_is_private_and_refused_when_it_is_not(tmp_path):

@@ -61,6 +61,8 @@ EXAMPLES = {
     "CONDUCTOR_KUBECONFIG": "/etc/kube/config",
     "CONDUCTOR_POLICY_SERVER_URL": "http://rel-conductor-vllm-policy:8000",
     "CONDUCTOR_POLICY_LORA_NAME": "conductor-policy",
+    "CONDUCTOR_NATS_USER": "acme",
+    "CONDUCTOR_TENANTS": "acme,beta",
 }
 """Values for settings whose type gives no obvious non-default example (strings, paths, lists)."""
 

@@ -15,7 +15,13 @@ from conductor.probes import ProbeServer
 from schemas.learner import POLICY_SUBJECT_PREFIX, TRAIN_SUBJECT
 from schemas.plan import PLAN_SUBJECT
 from schemas.rollout import ROLLOUT_SUBJECT
-from schemas.solve import CANCEL_SUBJECT_PREFIX, PROGRESS_SUBJECT_PREFIX, SOLVE_SUBJECT, cancel_subject
+from schemas.solve import (
+    CANCEL_SUBJECT_PREFIX,
+    PROGRESS_SUBJECT_PREFIX,
+    SOLVE_SUBJECT,
+    cancel_subject,
+    solve_subject,
+)
 from schemas.tasks import DEAD_SUBJECT_PREFIX, RESULT_SUBJECT_PREFIX, SUBMIT_SUBJECT
 from schemas.verify import VERIFY_SUBJECT
 from schemas.work import WORK_SUBJECT
@@ -258,14 +264,15 @@ def test_service_permissions_follow_the_subjects_in_schemas():
     assert users["trainer"]["publish"] == [TRAIN_SUBJECT]
     assert users["worker-adapter"]["subscribe"] == [WORK_SUBJECT, "_INBOX.worker-adapter.>"]
     assert (users["verifier"]["publish"], users["verifier"]["subscribe"]) == ([], [VERIFY_SUBJECT, "_INBOX.verifier.>"])
-    assert users["executor"]["subscribe"] == [SOLVE_SUBJECT, ROLLOUT_SUBJECT, f"{CANCEL_SUBJECT_PREFIX}.>",
+    assert users["executor"]["subscribe"] == [f"{SOLVE_SUBJECT}.*", ROLLOUT_SUBJECT, f"{CANCEL_SUBJECT_PREFIX}.>",
                                               "_INBOX.executor.>"]  # fmt: skip
     cancels = [s for s in users["client"]["publish"] if s.startswith(CANCEL_SUBJECT_PREFIX)]
-    assert cancels == [cancel_subject("client", ">")]  # a role cancels only the tasks it owns (issue 19, item 3)
+    assert cancels == [cancel_subject("client", ">")]  # a tenant cancels only its own tasks (issue 19, items 3-4)
     wanted = {PLAN_SUBJECT, WORK_SUBJECT, VERIFY_SUBJECT, f"{PROGRESS_SUBJECT_PREFIX}.>",
               f"{RESULT_SUBJECT_PREFIX}.>", f"{DEAD_SUBJECT_PREFIX}.>"}
     assert wanted <= set(users["executor"]["publish"])
-    assert SUBMIT_SUBJECT in users["client"]["publish"] and SOLVE_SUBJECT in users["client"]["publish"]
+    assert f"{SUBMIT_SUBJECT}.client" in users["client"]["publish"] and solve_subject("client") in users["client"]["publish"]
+    assert users["client"]["subscribe"][:2] == [f"{PROGRESS_SUBJECT_PREFIX}.client.>", f"{RESULT_SUBJECT_PREFIX}.client.>"]
     for name, perms in users.items():  # nobody may publish or subscribe to everything, or to every inbox
         assert ">" not in perms["publish"] + perms["subscribe"], name
         assert not any(s.startswith("_INBOX.") for s in perms["publish"]), name  # replies: allow_responses only
@@ -286,8 +293,28 @@ def test_chart_permissions_are_the_ones_conductor_access_declares():
     values = yaml.safe_load(text)
     for block, entry in chart_values().items():
         user = block.removeprefix("auth.users.")
-        got = values["auth"]["users"][user] if block.startswith("auth.users.") else values[block]["nats"]
+        if block == "auth.tenant":
+            got = values["auth"]["tenant"]
+        else:
+            got = values["auth"]["users"][user] if block.startswith("auth.users.") else values[block]["nats"]
         assert got == entry, block
+
+
+def test_each_listed_tenant_is_a_user_on_its_own_name_only():
+    """Issue 19, item 4: auth.tenants become users with the client's permissions on their own names, exactly what
+    conductor/access.py grants a tenant of the embedded server; a name that is not one, or is taken, is refused."""
+    from conductor.access import permissions, role_of
+
+    auth = named(render({"auth": {"tenants": ["acme", "beta-2"]}}), "ConfigMap", "rel-nats-auth")
+    users = nats_users(auth["data"]["authorization.conf"])
+    for tenant in ("acme", "beta-2"):
+        want = permissions(role_of(tenant), user=tenant)
+        assert (users[tenant]["publish"], users[tenant]["subscribe"]) == (list(want.publish), list(want.subscribe))
+    assert "conductor.results.beta-2.>" not in users["acme"]["subscribe"]
+    assert "{tenant}" not in str(users)
+    for bad in (["a.b"], ["executor"], ["client"]):
+        with pytest.raises(Exception, match="tenants"):
+            render({"auth": {"tenants": bad}})
 
 
 def test_responders_answer_through_allow_responses_long_enough_for_beats():

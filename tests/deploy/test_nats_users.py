@@ -27,7 +27,8 @@ from tests.stack_round_trip import QUESTION, solve_submit_and_chat
 pytestmark = pytest.mark.nats
 
 SERVICES = ["executor", "planner", "worker-adapter", "verifier", "gateway"]  # each connects as the user of its name
-VALUES = {"gateway": {"enabled": True}, "learner": {"enabled": True}}  # the learner's user, not its pod, is used
+VALUES = {"gateway": {"enabled": True}, "learner": {"enabled": True},  # the learner's user, not its pod, is used
+          "auth": {"tenants": ["acme", "beta"]}}  # two tenants besides `client` (docs/tenancy.md)
 
 
 def _local(conf: str, root, port: int, http: int) -> str:
@@ -103,6 +104,25 @@ async def test_solve_and_durable_task_as_per_service_users(chart_nats, services)
     assert "Violation" not in chart_nats.log.read_text()
 
 
+async def test_a_listed_tenant_solves_and_reads_its_own_results_only(chart_nats, services):
+    """auth.tenants: `acme` solves and reads its durable task's result as its own user; `beta` finds nothing under
+    that id (issue 19, item 4)."""
+    from conductor.client import ResultNotReadyError
+    from schemas.solve import SolveRequest
+
+    before = chart_nats.log.read_text()
+    async with ConductorClient(CommonSettings.from_env({"NATS_URL": chart_nats("acme")})) as acme:
+        assert acme.tenant == "acme"
+        solved = await acme.solve(SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60)
+        task_id = await acme.submit(SolveRequest(question=QUESTION, domain="math", reference="2"))
+        stored = await acme.result(task_id, wait=60)
+    async with ConductorClient(CommonSettings.from_env({"NATS_URL": chart_nats("beta")})) as beta:
+        with pytest.raises(ResultNotReadyError):
+            await beta.result(task_id)
+    assert solved.error is None and stored.error is None and stored.task_id == task_id
+    assert "Violation" not in chart_nats.log.read_text()[len(before) :]
+
+
 async def test_the_learner_scores_rollouts_through_the_executors_as_its_own_user(chart_nats, services):
     """The learner may request ``conductor.rollout`` and the executors may serve it (issue 12, item 1)."""
     before = chart_nats.log.read_text()
@@ -167,6 +187,15 @@ async def test_a_slow_responder_beats_through_its_permissions(chart_nats):
         ("learner", "subscribe", "conductor.rollout"),  # it requests rollouts; only executors serve them
         ("learner", "publish", "conductor.solve"),
         ("client", "publish", "conductor.rollout"),
+        # issue 19, item 4: a tenant's progress, result events, stored results and tasks are its own
+        ("acme", "subscribe", "conductor.results.beta.>"),
+        ("acme", "subscribe", "conductor.progress.>"),
+        ("acme", "publish", "conductor.solve.beta"),
+        ("acme", "publish", "conductor.cancel.beta.t"),
+        ("acme", "publish", "$JS.API.DIRECT.GET.KV_CONDUCTOR_RESULTS.$KV.CONDUCTOR_RESULTS.beta.t"),
+        ("acme", "publish", "$JS.API.STREAM.MSG.GET.KV_CONDUCTOR_RESULTS"),
+        ("client", "subscribe", "conductor.results.acme.>"),
+        ("gateway", "subscribe", "conductor.progress.client.>"),
     ],
 )
 async def test_a_user_outside_its_permissions_is_refused(chart_nats, user, action, subject):

@@ -94,16 +94,35 @@ clients' (global.tls) must agree too. */}}
 {{- printf "NATS_PASSWORD_%s" (. | upper | replace "-" "_") -}}
 {{- end -}}
 
-{{/* Every NATS user of the release: each enabled service block (a map with `args` and `nats`), then auth.users. */}}
+{{/* Every NATS user of the release: each enabled service block (a map with `args` and `nats`), then auth.users, then
+each of auth.tenants with auth.tenant's permissions on its own name ({tenant} replaced; docs/tenancy.md). */}}
 {{- define "conductor.natsUsers" -}}
 {{- $users := list -}}
+{{- $names := list -}}
 {{- range $key, $svc := .Values -}}
 {{- if and (kindIs "map" $svc) (hasKey $svc "args") (hasKey $svc "nats") $svc.enabled -}}
 {{- $users = append $users (dict "user" $svc.nats.user "publish" $svc.nats.publish "subscribe" $svc.nats.subscribe "responses" $svc.nats.responses) -}}
+{{- $names = append $names $svc.nats.user -}}
 {{- end -}}
 {{- end -}}
 {{- range $name, $u := .Values.auth.users -}}
 {{- $users = append $users (dict "user" $name "publish" $u.publish "subscribe" $u.subscribe) -}}
+{{- $names = append $names $name -}}
+{{- end -}}
+{{- $t := .Values.auth.tenant -}}
+{{- range $name := .Values.auth.tenants -}}
+{{- if not (regexMatch "^[A-Za-z0-9_-]{1,64}$" $name) -}}
+{{- fail (printf "auth.tenants: %q is not a tenant name (1-64 letters, digits, '_' or '-')" $name) -}}
+{{- end -}}
+{{- if has $name $names -}}
+{{- fail (printf "auth.tenants: %q is already a user of this release" $name) -}}
+{{- end -}}
+{{- $publish := list -}}
+{{- range $t.publish }}{{ $publish = append $publish (replace "{tenant}" $name .) }}{{ end -}}
+{{- $subscribe := list -}}
+{{- range $t.subscribe }}{{ $subscribe = append $subscribe (replace "{tenant}" $name .) }}{{ end -}}
+{{- $users = append $users (dict "user" $name "publish" $publish "subscribe" $subscribe) -}}
+{{- $names = append $names $name -}}
 {{- end -}}
 {{- toJson $users -}}
 {{- end -}}
