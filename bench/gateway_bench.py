@@ -37,7 +37,7 @@ async def nats_latencies(url: str, n: int) -> list[float]:
     lat = []
     for _ in range(n):
         t = time.perf_counter()
-        reply = await nc.request("conductor.solve", body, timeout=30)
+        reply = await nc.request("conductor.solve.client", body, timeout=30)
         lat.append(time.perf_counter() - t)
         if json.loads(reply.data)["error"] is not None:
             raise RuntimeError(reply.data)

@@ -30,11 +30,11 @@ async def task_latencies(url: str, policy: str, n: int) -> list[float]:
     nc = await nats.connect(url)
     body = {"question": "What is the capital city of Australia?", "policy": policy}
     for _ in range(20):  # warm-up
-        await nc.request("conductor.solve", json.dumps(body).encode(), timeout=30)
+        await nc.request("conductor.solve.client", json.dumps(body).encode(), timeout=30)
     lat = []
     for _ in range(n):
         t = time.perf_counter()
-        reply = await nc.request("conductor.solve", json.dumps(body).encode(), timeout=30)
+        reply = await nc.request("conductor.solve.client", json.dumps(body).encode(), timeout=30)
         lat.append(time.perf_counter() - t)
         result = json.loads(reply.data)
         if result["error"] is not None:

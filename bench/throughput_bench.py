@@ -68,7 +68,7 @@ async def solve_many(url: str, total: int, in_flight: int, timeout: float) -> tu
         nonlocal errors, sent
         while sent < total:
             sent += 1
-            reply = await nc.request("conductor.solve", body, timeout=timeout)
+            reply = await nc.request("conductor.solve.client", body, timeout=timeout)
             if _outcome.decode(reply.data).error is not None:
                 errors += 1
 
@@ -107,7 +107,7 @@ async def steady_state(
     async def lane() -> None:
         nonlocal errors
         while time.monotonic() < stop_at:
-            reply = await nc.request("conductor.solve", body, timeout=600)
+            reply = await nc.request("conductor.solve.client", body, timeout=600)
             if _outcome.decode(reply.data).error is not None:
                 errors += 1
             done.append(time.monotonic())

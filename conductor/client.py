@@ -1,8 +1,11 @@
 """A small client for the public solve API: plain nats-py, JSON in and out, live progress events; and the learner's
 side of the rollout API (``rollout``, ``rollout_all``).
 
-Any NATS client in any language can do the same: send a JSON ``SolveRequest`` to ``conductor.solve`` and read the
-JSON ``SolveResult`` reply; subscribe to ``conductor.progress.<task_id>`` first to watch the steps.
+Any NATS client in any language can do the same as tenant ``T`` (the NATS user it connects as, docs/tenancy.md):
+send a JSON ``SolveRequest`` to ``conductor.solve.T`` and read the JSON ``SolveResult`` reply; subscribe to
+``conductor.progress.T.<task_id>`` first to watch the steps; read a durable task's stored result with a direct get
+of ``$KV.CONDUCTOR_RESULTS.T.<task_id>`` (``$JS.API.DIRECT.GET.KV_CONDUCTOR_RESULTS.$KV.CONDUCTOR_RESULTS.T.<task_id>``,
+the only read of the bucket a tenant may make).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import nats.js.errors as js_errors
 
 from conductor import tracing
 from conductor.access import CLIENT
-from conductor.credentials import Connection, connection, refusal
+from conductor.credentials import Connection, connection, refusal, user_of
 from conductor.endpoints import Requester
 from conductor.liveness import CallPolicy, request_headers
 from conductor.settings import CommonSettings
@@ -33,8 +36,16 @@ from schemas.rollout import (
     RolloutBatchResult,
     RolloutResult,
 )
-from schemas.solve import SOLVE, ProgressEvent, SolveRequest, SolveResult, progress_subject
-from schemas.tasks import Names
+from schemas.solve import (
+    SOLVE,
+    SOLVE_SUBJECT,
+    ProgressEvent,
+    SolveRequest,
+    SolveResult,
+    progress_subject,
+    solve_subject,
+)
+from schemas.tasks import Names, task_key
 
 _result_dec = msgspec.json.Decoder(SOLVE.reply)
 _event_dec = msgspec.json.Decoder(ProgressEvent)
@@ -103,14 +114,16 @@ async def connect(conn: Connection, *, name: str, timeout: float = CONNECT_TIMEO
 
 class ConductorClient:
     """``async with ConductorClient(settings)`` connects and drains its own connection, as the NATS user ``role``
-    (``client``; the learner passes ``learner``) unless ``NATS_URL`` names one (conductor/credentials.py); with
-    ``nc`` (a process that already holds a connection, e.g. the gateway) it borrows that one and never closes it."""
+    (``CONDUCTOR_NATS_USER``, else ``client``; the learner passes ``learner``) unless ``NATS_URL`` names one
+    (conductor/credentials.py); with ``nc`` (a process that already holds a connection, e.g. the gateway) it borrows
+    that one and never closes it. That user is the ``tenant`` whose subjects and results it uses."""
 
-    def __init__(self, settings: CommonSettings, *, nc: nats.NATS | None = None, role: str = CLIENT) -> None:
+    def __init__(self, settings: CommonSettings, *, nc: nats.NATS | None = None, role: str | None = None) -> None:
         self.settings = settings
         self._nc = nc
         self._owned = nc is None
-        self._role = role
+        self._role = role or settings.nats_user or CLIENT
+        self.tenant = user_of(settings, self._role)
         self._requester: Requester | None = None
 
     async def __aenter__(self) -> ConductorClient:
@@ -139,16 +152,16 @@ class ConductorClient:
             async def _on_event(msg: nats.aio.msg.Msg) -> None:
                 callback(_event_dec.decode(msg.data))
 
-            sub = await self._nc.subscribe(self.settings.subject(progress_subject(req.task_id or "")), cb=_on_event)
+            progress = progress_subject(self.tenant, req.task_id or "")
+            sub = await self._nc.subscribe(self.settings.subject(progress), cb=_on_event)
+        subject = self.settings.subject(solve_subject(self.tenant))
         try:
             # The deadline travels with the solve (conductor/liveness.py): once this client stops waiting, the
             # executor starts no further paid calls for it.
             headers = tracing.headers(request_headers(None, time.time() + timeout))
-            reply = await self._nc.request(
-                self.settings.subject(SOLVE.subject), encode(req), timeout=timeout, headers=headers
-            )
+            reply = await self._nc.request(subject, encode(req), timeout=timeout, headers=headers)
         except nats.errors.NoRespondersError as exc:
-            raise NoExecutorError(f"nothing serves {self.settings.subject(SOLVE.subject)} (no executor is running: "
+            raise NoExecutorError(f"nothing serves {self.settings.subject(SOLVE_SUBJECT)} (no executor is running: "
                                   "`conductor serve all`)") from exc  # fmt: skip
         except nats.errors.TimeoutError as exc:
             raise SolveTimeoutError(f"no result for task {req.task_id} within {timeout}s") from exc
@@ -182,38 +195,49 @@ class ConductorClient:
         return [result for chunk, reply in zip(chunks, replies, strict=True) for result in _results(chunk, reply)]
 
     async def submit(self, req: SolveRequest) -> str:
-        """Durable intake: publish to the JetStream task queue, deduplicated by task id. Returns the task id."""
+        """Durable intake: publish to the tenant's subject of the JetStream task queue, deduplicated by
+        ``<tenant>.<task_id>`` (two tenants' equal ids are two tasks). Returns the task id."""
         assert self._nc is not None, "use `async with ConductorClient(...)`"
         task_id = req.task_id or uuid.uuid4().hex
         req = msgspec.structs.replace(req, task_id=task_id)
         names = Names.for_prefix(self.settings.subject_prefix)
         js = self._nc.jetstream()
-        await js.publish(names.submit_subject, encode(req), stream=names.tasks_stream, headers=tracing.headers({"Nats-Msg-Id": task_id}))
+        headers = tracing.headers({"Nats-Msg-Id": task_key(self.tenant, task_id)})
+        await js.publish(names.submit(self.tenant), encode(req), stream=names.tasks_stream, headers=headers)
         return task_id
 
     async def result(self, task_id: str, *, wait: float = 0.0) -> SolveResult:
-        """The stored result of a durable task; with ``wait`` > 0, watch for it up to that many seconds."""
+        """The stored result of this tenant's durable task; with ``wait`` > 0, poll for it up to that many seconds.
+        Read with a direct get naming the key (conductor/access.py: a tenant may read no other way), so a task id
+        is looked up under this tenant's name only."""
         assert self._nc is not None, "use `async with ConductorClient(...)`"
-        import nats.js.errors as js_errors
-
         names = Names.for_prefix(self.settings.subject_prefix)
-        js = self._nc.jetstream()
-        try:
-            kv = await js.key_value(names.results_bucket)
-        except js_errors.BucketNotFoundError as exc:
-            raise ResultNotReadyError(f"no results bucket {names.results_bucket}: no executor has run yet") from exc
         deadline = asyncio.get_running_loop().time() + wait
         while True:
-            try:
-                entry = await kv.get(task_id)
-                if entry.value:
-                    return _result_dec.decode(entry.value)
-            except js_errors.KeyNotFoundError:
-                pass
+            stored = await self._stored(names, task_id)
+            if stored is not None:
+                return _result_dec.decode(stored)
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 raise ResultNotReadyError(f"no result for task {task_id} yet")
             await asyncio.sleep(min(0.05, remaining))
+
+    async def _stored(self, names: Names, task_id: str) -> bytes | None:
+        """The stored result's bytes, None while there is none. A wildcard in ``task_id`` matches no key: the
+        message found must be the key's own."""
+        assert self._nc is not None
+        bucket = names.results_bucket
+        subject = f"$KV.{bucket}.{task_key(self.tenant, task_id)}"
+        js = self._nc.jetstream()
+        try:
+            msg = await js.get_last_msg(f"KV_{bucket}", subject, direct=True)
+        except js_errors.NotFoundError:
+            return None
+        except nats.errors.NoRespondersError as exc:
+            raise ResultNotReadyError(f"no results bucket {bucket} serving direct reads: no executor of schema 9 or "
+                                      "later has run yet") from exc  # fmt: skip
+        deleted = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE")
+        return msg.data if msg.subject == subject and msg.data and not deleted else None
 
 
 def _results(chunk: list[Rollout], reply: RolloutBatchResult) -> list[RolloutResult]:

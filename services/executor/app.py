@@ -1,6 +1,7 @@
-"""Executor service: solve requests from ``conductor.solve`` (request/reply), the learner's rollout batches from
-``conductor.rollout`` (request/reply) and, when durable, tasks from the JetStream work queue
-``conductor.tasks.submit``; their owners' cancels from ``conductor.cancel.<owner>.<task_id>`` (every replica)."""
+"""Executor service: solve requests from ``conductor.solve.<tenant>`` (request/reply), the learner's rollout batches
+from ``conductor.rollout`` (request/reply) and, when durable, tasks from the JetStream work queue
+``conductor.tasks.submit.<tenant>``; their tenants' cancels from ``conductor.cancel.<tenant>.<task_id>`` (every
+replica). A task's tenant is read from the subject it came on, never from its payload (docs/tenancy.md)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ from opentelemetry.trace import SpanKind
 from conductor import metrics, tracing
 from conductor.access import inbox_prefix
 from conductor.credentials import user_of
-from conductor.endpoints import serve
+from conductor.endpoints import request_subject, serve
 from conductor.pool import Pool, load_pool
 from schemas.rollout import ROLLOUT, RolloutBatch, RolloutBatchResult
-from schemas.solve import CANCEL, SOLVE, SOLVE_SUBJECT, CancelRequest, SolveRequest, SolveResult
-from schemas.tasks import INTAKE_CONSUMER, Names
+from schemas.solve import CANCEL, SOLVE, SOLVE_SUBJECT, CancelRequest, SolveRequest, SolveResult, valid_tenant
+from schemas.tasks import INTAKE_CONSUMER, Names, TaskCheckpoint, task_key
 from services.executor.cancels import Cancels, parse_subject
 from services.executor.config import ExecutorSettings
 from services.executor.core import Executor
@@ -66,7 +67,7 @@ class ExecutorService:
         if settings.durable:
             taken = admission(self.pool, settings.intake, common.handler_concurrency)
             self.router.subscriber(
-                self.names.submit_subject,
+                self.names.submit("*"),  # conductor.tasks.submit.<tenant>: the intake reads the tenant from it
                 stream=tasks_stream(self.names, settings.store),
                 durable=INTAKE_CONSUMER,
                 pull_sub=PullSub(batch_size=min(64, taken), timeout=PULL_EXPIRY_S),
@@ -92,7 +93,7 @@ class ExecutorService:
             await self.store.ensure()
             self.intake = Intake(self.executor, self.store, self.settings.intake, self.cancels)
         if broker is not None:  # (a test may start the service on a transport of its own, without a broker)
-            subject = self.settings.common.subject_prefix + CANCEL.subject(owner="*", task_id=">")
+            subject = self.settings.common.subject_prefix + CANCEL.subject(tenant="*", task_id=">")
             self._cancel_sub = await broker.connection.subscribe(subject, cb=self.handle_cancel)
 
     async def stop(self) -> None:
@@ -102,21 +103,34 @@ class ExecutorService:
             self._cancel_sub = None
         self.executor = self.intake = self.store = self.rollouts = None
 
+    def tenant_of_solve(self) -> str | None:
+        """The tenant of the solve being handled: its subject's last token, which only that tenant may publish on
+        (conductor/access.py). None outside a request (a test calling the handler) or for a name no tenant has."""
+        subject = request_subject()
+        head = self.settings.common.subject(SOLVE_SUBJECT) + "."
+        tenant = subject.removeprefix(head) if subject is not None and subject.startswith(head) else None
+        return tenant if tenant is not None and valid_tenant(tenant) else None
+
     async def handle_solve(self, req: SolveRequest) -> SolveResult:
         """Run one task to its result; bad input was answered by ``serve`` (a typed error naming the field)."""
         assert self.executor is not None, "service not started"
+        tenant = self.tenant_of_solve()
         checkpoint = None
-        if self.store is not None and self.settings.checkpoint_request_reply:
-            checkpoint = self.store.save_checkpoint
-        with self.cancels.watch(req) as cancel:
-            result = await self.executor.solve(req, checkpoint=checkpoint, cancel=cancel)
-        log.info("task finished", task_id=result.task_id, error=result.error and result.error.code)
+        if self.store is not None and self.settings.checkpoint_request_reply and tenant:
+            store = self.store
+
+            async def checkpoint(cp: TaskCheckpoint) -> None:
+                await store.save_checkpoint(task_key(tenant, cp.task_id), cp)
+
+        with self.cancels.watch(tenant, req) as cancel:
+            result = await self.executor.solve(req, tenant=tenant, checkpoint=checkpoint, cancel=cancel)
+        log.info("task finished", task_id=result.task_id, tenant=tenant, error=result.error and result.error.code)
         metrics.task_finished(result, SOLVE_SUBJECT)
         return result
 
     async def handle_cancel(self, msg: Msg) -> None:
-        """A task's owner asks it to stop (services/executor/cancels.py). The owner is the subject's, which only
-        that role may publish on; a payload naming another task than its subject is not believed."""
+        """A task's tenant asks it to stop (services/executor/cancels.py). The tenant is the subject's, which only
+        that user may publish on; a payload naming another task than its subject is not believed."""
         where = parse_subject(msg.subject, self.settings.common.subject_prefix)
         try:
             ask = msgspec.json.decode(msg.data, type=CancelRequest)
@@ -126,9 +140,9 @@ class ExecutorService:
         if where is None or where[1] != ask.task_id:
             log.warning("cancel for another task than its subject's ignored", subject=msg.subject, task_id=ask.task_id)
             return
-        owner, task_id = where
-        if self.cancels.cancel(owner, task_id, ask.reason):
-            log.info("task cancelled by its owner", task_id=task_id, owner=owner, reason=ask.reason)
+        tenant, task_id = where
+        if self.cancels.cancel(tenant, task_id, ask.reason):
+            log.info("task cancelled by its tenant", task_id=task_id, tenant=tenant, reason=ask.reason)
 
     async def handle_rollout(self, batch: RolloutBatch) -> RolloutBatchResult:
         """Score a batch of the learner's completions, results in the batch's order (services/executor/rollouts.py)."""

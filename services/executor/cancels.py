@@ -1,8 +1,9 @@
-"""Cancelling running tasks (issue 19, item 3): a ``CancelRequest`` on ``conductor.cancel.<owner>.<task_id>``
-(schemas/solve.py ``CANCEL``) stops the task whose request names that ``owner`` and id.
+"""Cancelling running tasks (issue 19, item 3): a ``CancelRequest`` on ``conductor.cancel.<tenant>.<task_id>``
+(schemas/solve.py ``CANCEL``) stops that tenant's task of that id.
 
-Only the owner role may publish on its subjects (conductor/access.py), so who sent a cancel is read from the
-subject, never from the payload; a task whose request names no owner cannot be cancelled. Every executor replica
+Only the tenant may publish on its subjects (conductor/access.py), so who sent a cancel is read from the subject,
+never from the payload; a task's tenant is the subject it was sent on (issue 19, item 4), so a tenant cancels its
+own tasks and nobody else's, whatever ids they chose (``SolveRequest.owner`` is ignored). Every executor replica
 hears every cancel (no queue group): the one running the task marks it, and the task starts no further plan or
 worker call (``_TaskRun._halt``); the call already running finishes and is paid for, and the result carries it.
 A cancel that finds no running task is remembered for ``REMEMBER_S`` (a durable task still queued, a solve still
@@ -24,7 +25,7 @@ REMEMBER_MAX = 10_000  # cancels remembered at once; the oldest are forgotten fi
 
 
 class Cancel:
-    """One running task's cancellation: set once, by its owner."""
+    """One running task's cancellation: set once, by its tenant."""
 
     __slots__ = ("reason",)
 
@@ -43,12 +44,12 @@ class Cancel:
 
 
 def parse_subject(subject: str, prefix: str) -> tuple[str, str] | None:
-    """(owner, task_id) of a cancel subject under ``prefix``; None for anything else. Task ids may hold dots."""
+    """(tenant, task_id) of a cancel subject under ``prefix``; None for anything else. Task ids may hold dots."""
     head = prefix + CANCEL_SUBJECT_PREFIX + "."
     if not subject.startswith(head):
         return None
-    owner, _, task_id = subject.removeprefix(head).partition(".")
-    return (owner, task_id) if owner and task_id else None
+    tenant, _, task_id = subject.removeprefix(head).partition(".")
+    return (tenant, task_id) if tenant and task_id else None
 
 
 class Cancels:
@@ -60,13 +61,14 @@ class Cancels:
         self._asked: collections.OrderedDict[tuple[str, str], tuple[float, str]] = collections.OrderedDict()
 
     @contextlib.contextmanager
-    def watch(self, req: SolveRequest) -> Iterator[Cancel]:
-        """The cancellation of ``req`` while it runs (one that can never be set when it names no owner or id)."""
+    def watch(self, tenant: str | None, req: SolveRequest) -> Iterator[Cancel]:
+        """The cancellation of ``tenant``'s ``req`` while it runs (one that can never be set without a tenant or an
+        id: nobody could name the task)."""
         cancel = Cancel()
-        if req.owner is None or req.task_id is None:
+        if not tenant or req.task_id is None:
             yield cancel
             return
-        key = (req.owner, req.task_id)
+        key = (tenant, req.task_id)
         asked = self._asked.pop(key, None)
         if asked is not None and asked[0] > self._clock():
             cancel.set(asked[1])
@@ -79,15 +81,15 @@ class Cancels:
             if not running:
                 del self._running[key]
 
-    def cancel(self, owner: str, task_id: str, reason: str) -> bool:
-        """Mark the owner's running task ``task_id`` cancelled; True if one runs here, else remember the cancel."""
-        running = self._running.get((owner, task_id))
+    def cancel(self, tenant: str, task_id: str, reason: str) -> bool:
+        """Mark the tenant's running task ``task_id`` cancelled; True if one runs here, else remember the cancel."""
+        running = self._running.get((tenant, task_id))
         if running:
             for cancel in running:
                 cancel.set(reason)
             return True
-        self._asked[(owner, task_id)] = (self._clock() + REMEMBER_S, reason)
-        self._asked.move_to_end((owner, task_id))
+        self._asked[(tenant, task_id)] = (self._clock() + REMEMBER_S, reason)
+        self._asked.move_to_end((tenant, task_id))
         while len(self._asked) > REMEMBER_MAX:
             self._asked.popitem(last=False)
         return False

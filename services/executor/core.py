@@ -34,7 +34,7 @@ from conductor.reward import judge, policy_parsed
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest, PriorRound, Workflow
 from schemas.solve import ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
-from schemas.tasks import TaskCheckpoint
+from schemas.tasks import TaskCheckpoint, task_key
 from schemas.usage import Usage, UsageSummary
 from schemas.verify import Outcome, Reference, TextReference, Verdict, VerifyBatch, VerifyRequest
 from schemas.work import WorkReply, WorkRequest
@@ -180,6 +180,7 @@ class Executor:
         self,
         req: SolveRequest,
         *,
+        tenant: str | None = None,
         resume: TaskCheckpoint | None = None,
         checkpoint: Checkpointer | None = None,
         durable: bool = False,
@@ -192,7 +193,9 @@ class Executor:
         task that can be redelivered, so its worker calls are made idempotent by (task, round, step).
         ``started_at`` (unix seconds) is when the task first started, in an earlier delivery perhaps: wall-time
         budgets and ``latency_s`` count from it. ``cancel``, once set by the task's owner (services/executor/
-        cancels.py), stops it like a spent budget: no further call starts, the result carries what ran."""
+        cancels.py), stops it like a spent budget: no further call starts, the result carries what ran.
+        ``tenant``: whose task it is (the subject it came on, docs/tenancy.md): its progress goes to that tenant's
+        subjects and its worker calls are keyed by ``<tenant>.<task_id>``, so equal ids of two tenants never meet."""
         started = time.monotonic()
         task_id = req.task_id or (resume.task_id if resume else None) or uuid.uuid4().hex
         error = validate(req, self.pool, self.settings)
@@ -205,7 +208,7 @@ class Executor:
             state.wall_offset_s = max(0.0, time.time() - started_at)
         source = PlannerSource(self.transport, self.settings.plan_timeout_s)
         return await self.execute(
-            state, source, started=started, checkpoint=checkpoint, durable=durable, cancel=cancel
+            state, source, started=started, checkpoint=checkpoint, durable=durable, cancel=cancel, tenant=tenant
         )
 
     def resumable(self, cp: TaskCheckpoint | None, req: SolveRequest) -> TaskCheckpoint | None:
@@ -232,13 +235,15 @@ class Executor:
         checkpoint: Checkpointer | None = None,
         durable: bool = False,
         cancel: Cancel | None = None,
+        tenant: str | None = None,
     ) -> SolveResult:
         """Run a validated task whose workflows come from ``source`` — the path solves and rollouts share.
         ``first_round`` numbers the first round run here (a rollout of the n-th recursive call runs round n);
         ``started`` (monotonic) is when this delivery began, for ``latency_s``; unset: now."""
         started = time.monotonic() if started is None else started
         task_id = state.task_id
-        run = _TaskRun(self, state, source, checkpoint, durable=durable, first_round=first_round, cancel=cancel)
+        run = _TaskRun(self, state, source, checkpoint, durable=durable, first_round=first_round, cancel=cancel,
+                       tenant=tenant)  # fmt: skip
         with (
             structlog.contextvars.bound_contextvars(task_id=task_id),
             tracing.span("task", attributes={"conductor.task_id": task_id, "conductor.durable": durable}),
@@ -248,10 +253,10 @@ class Executor:
         await run.emit(ProgressEvent(task_id=task_id, kind="done", error=result.error))
         return result
 
-    async def progress(self, event: ProgressEvent) -> None:
+    async def progress(self, tenant: str | None, event: ProgressEvent) -> None:
         # Progress is best effort by design: a lost event never fails a task.
         try:
-            await self.transport.progress(event)
+            await self.transport.progress(tenant, event)
         except Exception as exc:
             log.warning("progress event not published", kind=event.kind, error=repr(exc))
 
@@ -269,8 +274,12 @@ class _TaskRun:
         durable: bool,
         first_round: int = 0,
         cancel: Cancel | None = None,
+        tenant: str | None = None,
     ) -> None:
         self.ex = ex
+        self.tenant = tenant
+        # The worker-call ledger's name for the task (services/worker_adapter/ledger.py): the tenant's own.
+        self.call_id = task_key(tenant, state.task_id) if tenant else state.task_id
         self.source = source
         self.first_round = first_round
         self.durable = durable
@@ -301,7 +310,7 @@ class _TaskRun:
     async def emit(self, event: ProgressEvent) -> None:
         """The one place a task's progress events go out, unless its request turned them off."""
         if self.req.progress:
-            await self.ex.progress(event)
+            await self.ex.progress(self.tenant, event)
 
     async def save(self) -> None:
         if self._checkpoint is None:
@@ -463,7 +472,7 @@ class _TaskRun:
                 messages=build_messages(
                     self.req.question, wf.subtasks[i], history, answer_format=self._answer_format(i, wf)
                 ),
-                task_id=self.state.task_id,
+                task_id=self.call_id,
                 round=rnd,
                 step=i,
                 cache=self.req.cache,

@@ -5,6 +5,7 @@ FastStream's default for NATS drops a message whose handler raises; here every o
 | outcome of one delivery                              | action                                              |
 |------------------------------------------------------|-----------------------------------------------------|
 | result already stored (a redelivery after success)   | re-publish the result event (deduplicated), ack     |
+| its subject names no tenant (only w/o authorization) | dropped (logged, counted), ack: no one can read it  |
 | bad input (undecodable, invalid)                     | typed error result stored and published, ack        |
 | checkpoint refused (not this task's or request's,    | checkpoint dropped (logged); the task starts afresh |
 |   invalid plan or records, undecodable)              |   from the submitted request, which is authoritative|
@@ -12,7 +13,7 @@ FastStream's default for NATS drops a message whose handler raises; here every o
 | transient failure (unavailable, retryable worker err)| checkpoint kept, nak with backoff (resumes later)   |
 | transient failures lasting past the retry horizon    | dead letter (task, error chain, attempts) + result  |
 | (backstop) a transient failure on delivery MaxDeliver| dead letter + result, as above                      |
-| cancelled by its owner (executor/cancels.py)         | result stored (what ran, error ``cancelled``), ack  |
+| cancelled by its tenant (executor/cancels.py)        | result stored (what ran, error ``cancelled``), ack  |
 | crash / lost connection mid-task                     | no ack: redelivered after AckWait, resumes          |
 | shutdown outlasting the drain timeout (cancelled)    | nak (2 s delay): redelivered soon, resumes          |
 
@@ -32,6 +33,7 @@ prevents the re-run: such a delivery finds the result, re-publishes its (dedupli
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 import msgspec
@@ -44,8 +46,8 @@ from conductor.aio import stop_task
 from conductor.pool import Pool
 from conductor.wire import WireError, decode
 from schemas.errors import ErrorCode, ErrorInfo
-from schemas.solve import SolveRequest, SolveResult
-from schemas.tasks import SUBMIT_SUBJECT, DeadLetter, TaskCheckpoint
+from schemas.solve import SolveRequest, SolveResult, valid_tenant
+from schemas.tasks import SUBMIT_SUBJECT, DeadLetter, TaskCheckpoint, task_key
 from services.executor.cancels import Cancels
 from services.executor.config import IntakeSettings
 from services.executor.core import Executor
@@ -66,10 +68,10 @@ def is_transient(error: ErrorInfo | None) -> bool:
     return error is not None and (error.retryable or error.code in TRANSIENT_CODES)
 
 
-def fallback_task_id(msg: Msg) -> str:
-    """The id of a task whose request names none (or none usable): its ``Nats-Msg-Id`` when that makes a valid
-    key, else its stream sequence."""
-    msg_id = (msg.headers or {}).get("Nats-Msg-Id")
+def fallback_task_id(msg: Msg, tenant: str) -> str:
+    """The id of a task whose request names none (or none usable): its ``Nats-Msg-Id`` (less the ``<tenant>.``
+    a client puts before the task id) when that makes a valid key, else its stream sequence."""
+    msg_id = (msg.headers or {}).get("Nats-Msg-Id", "").removeprefix(f"{tenant}.")
     return msg_id if msg_id and valid_task_id(msg_id) else f"seq-{msg.metadata.sequence.stream}"
 
 
@@ -130,28 +132,37 @@ class Intake:
         delivered = msg.metadata.num_delivered
         if delivered > 1:
             metrics.REDELIVERIES.inc()
-        fallback_id = fallback_task_id(msg)
+        tenant = self.store.names.submitter(msg.subject)
+        if tenant is None or not valid_tenant(tenant):
+            # Nobody could read an answer: a tenant reads only under its own name (conductor/access.py). Only a
+            # server without authorization lets such a subject in.
+            log.warning("task dropped: its subject names no tenant", subject=msg.subject[:200])
+            metrics.bad_request(SUBMIT_SUBJECT)
+            await msg.ack()
+            return
+        fallback_id = fallback_task_id(msg, tenant)
         try:
             req = decode(msg.data, SolveRequest, max_bytes=self.settings.max_payload_bytes)
         except WireError as exc:
-            await self._finish(msg, SolveResult(task_id=fallback_id, error=exc.info), counted=True)
+            await self._finish(msg, tenant, SolveResult(task_id=fallback_id, error=exc.info), counted=True)
             return
         if req.task_id is not None and not valid_task_id(req.task_id):
             # Results and checkpoints are keyed by task id: an unusable one is answered under the message's id.
             error = bad_request(TASK_ID_RULE, "task_id")
-            await self._finish(msg, SolveResult(task_id=fallback_id, error=error), counted=True)
+            await self._finish(msg, tenant, SolveResult(task_id=fallback_id, error=error), counted=True)
             return
         task_id = req.task_id or fallback_id
         req = msgspec.structs.replace(req, task_id=task_id)
-        with structlog.contextvars.bound_contextvars(task_id=task_id, delivery=delivered):
-            existing = await self.store.result(task_id)
+        key = task_key(tenant, task_id)
+        with structlog.contextvars.bound_contextvars(task_id=task_id, tenant=tenant, delivery=delivered):
+            existing = await self.store.result(key)
             if existing is not None:
-                await self._finish(msg, existing, counted=False)
+                await self._finish(msg, tenant, existing, counted=False)
                 return
-            resume = await self._resumable(req)
+            resume = await self._resumable(key, req)
             started_at = start_of(resume, msg, time.time())
             try:
-                result = await self._run(msg, req, resume, started_at)
+                result = await self._run(msg, tenant, req, resume, started_at)
             except Exception as exc:
                 log.exception("task delivery failed")
                 result = SolveResult(
@@ -159,35 +170,36 @@ class Intake:
                     error=ErrorInfo(code=ErrorCode.INTERNAL, message=repr(exc), retryable=True),
                 )
             if is_transient(result.error):
-                await self._retry_or_dead_letter(msg, req, result, delivered, started_at)
+                await self._retry_or_dead_letter(msg, tenant, req, result, delivered, started_at)
                 return
-            await self._finish(msg, result, counted=True)
+            await self._finish(msg, tenant, result, counted=True)
 
-    async def _resumable(self, req: SolveRequest) -> TaskCheckpoint | None:
+    async def _resumable(self, key: str, req: SolveRequest) -> TaskCheckpoint | None:
         """The task's checkpoint if it may be resumed for ``req`` (``Executor.resumable``,
         services/executor/checkpoints.py). A refused one is dropped at once, so that nothing later in this delivery
         (the retry horizon, the dead letter) reads it either."""
-        assert req.task_id is not None
         try:
-            stored = await self.store.checkpoint(req.task_id)
+            stored = await self.store.checkpoint(key)
         except msgspec.DecodeError as exc:
             log.warning("checkpoint refused: it does not decode; starting afresh", error=str(exc))
-            await self.store.drop_checkpoint(req.task_id)
+            await self.store.drop_checkpoint(key)
             return None
         resume = self.executor.resumable(stored, req)
         if stored is not None and resume is None:
-            await self.store.drop_checkpoint(req.task_id)
+            await self.store.drop_checkpoint(key)
         return resume
 
     async def _run(
-        self, msg: Msg, req: SolveRequest, resume: TaskCheckpoint | None, started_at: float
+        self, msg: Msg, tenant: str, req: SolveRequest, resume: TaskCheckpoint | None, started_at: float
     ) -> SolveResult:
+        assert req.task_id is not None
         finished = asyncio.Event()
         heartbeat = asyncio.create_task(self._keep_alive(msg, finished))
+        save = functools.partial(self.store.save_checkpoint, task_key(tenant, req.task_id))
         try:
-            with self.cancels.watch(req) as cancel:
+            with self.cancels.watch(tenant, req) as cancel:
                 return await self.executor.solve(
-                    req, resume=resume, checkpoint=self.store.save_checkpoint, durable=True, started_at=started_at,
+                    req, tenant=tenant, resume=resume, checkpoint=save, durable=True, started_at=started_at,
                     cancel=cancel,
                 )  # fmt: skip
         except asyncio.CancelledError:
@@ -213,16 +225,17 @@ class Intake:
                 log.warning("in-progress ack not sent", error=repr(exc))
 
     async def _retry_or_dead_letter(
-        self, msg: Msg, req: SolveRequest, result: SolveResult, delivered: int, started_at: float
+        self, msg: Msg, tenant: str, req: SolveRequest, result: SolveResult, delivered: int, started_at: float
     ) -> None:
         assert result.error is not None and req.task_id is not None
         now = time.time()
-        cp = await self._resumable(req) or TaskCheckpoint(
+        key = task_key(tenant, req.task_id)
+        cp = await self._resumable(key, req) or TaskCheckpoint(
             task_id=req.task_id, request=req, started_at=started_at
         )
         cp = failed_again(cp, result.error, now)
         if not given_up(cp, delivered, now, self.settings):
-            await self.store.save_checkpoint(cp)
+            await self.store.save_checkpoint(key, cp)
             delay = backoff_s(delivered, self.settings)
             log.warning("transient failure; redelivering", error=result.error.message, delay_s=delay)
             await msg.nak(delay=delay)
@@ -230,18 +243,19 @@ class Intake:
         log.error("giving up: transient failures outlasted the retry horizon", attempts=delivered,
                   failing_s=round(now - (cp.failing_since or now), 1), error=result.error.message)  # fmt: skip
         await self.store.dead_letter(
-            DeadLetter(task_id=req.task_id, request=req, attempts=delivered, errors=cp.errors)
+            key, DeadLetter(task_id=req.task_id, request=req, attempts=delivered, errors=cp.errors)
         )
         metrics.DEAD_LETTERS.inc()
-        await self._finish(msg, result, counted=True)
+        await self._finish(msg, tenant, result, counted=True)
 
-    async def _finish(self, msg: Msg, result: SolveResult, *, counted: bool) -> None:
+    async def _finish(self, msg: Msg, tenant: str, result: SolveResult, *, counted: bool) -> None:
         """Store (first writer wins), publish once, ack, then forget the checkpoint — in that order, so a crash
         at any point leaves either a redelivery that finds the stored result or the checkpoint to resume from.
         ``counted``: this delivery produced the result (a redelivery finding a stored one is not a new task)."""
         if counted:
             metrics.task_finished(result, SUBMIT_SUBJECT)
-        stored = await self.store.store_result(result)
-        await self.store.publish_result_event(stored)
+        key = task_key(tenant, result.task_id)
+        stored = await self.store.store_result(key, result)
+        await self.store.publish_result_event(key, stored)
         await msg.ack()
-        await self.store.drop_checkpoint(stored.task_id)
+        await self.store.drop_checkpoint(key)

@@ -1,7 +1,10 @@
 """The executor's durable state on JetStream: the task stream, checkpoints, results, result events, dead letters.
 
-Names come from ``schemas/tasks.py``; a subject prefix (tests, multi-tenant deployments) is applied to subjects
-and folded into stream/bucket names so separate prefixes never share state.
+Names come from ``schemas/tasks.py``; a subject prefix (tests) is applied to subjects and folded into stream/bucket
+names so separate prefixes never share state. Within a deployment, a task is named by its ``key``
+(``schemas.tasks.task_key``: ``<tenant>.<task_id>``): results, checkpoints, result events and dead letters are all
+kept under it, so each tenant's are its own (docs/tenancy.md). The results bucket answers direct gets, whose subject
+names the key: that is how a tenant's read is confined to its own keys (conductor/access.py).
 """
 
 from __future__ import annotations
@@ -35,13 +38,24 @@ async def ensure_stream(js: JetStreamContext, config: js_api.StreamConfig) -> No
         await js.update_stream(config)
 
 
+async def ensure_bucket(js: JetStreamContext, config: js_api.KeyValueConfig) -> KeyValue:
+    """Create the KV bucket, or bring an existing one to ``config`` (a bucket made before schema 9 had no direct
+    gets: its stream is updated in place, keys kept)."""
+    try:
+        return await js.create_key_value(config=config)
+    except js_errors.BadRequestError:
+        info = await js.stream_info(f"KV_{config.bucket}")
+        await js.update_stream(info.config.evolve(allow_direct=config.direct))
+        return await js.key_value(config.bucket)
+
+
 def tasks_stream(names: Names, settings: StoreSettings) -> JStream:
     """The durable intake's work queue, declared here once: the intake subscriber carries it (FastStream declares
     it when the broker starts) and ``TaskStore.ensure`` reconciles it, so whichever runs first the other changes
     nothing. File storage: a queued task outlives a server restart."""
     return JStream(
         names.tasks_stream,
-        subjects=[names.submit_subject],
+        subjects=[names.submit("*")],  # conductor.tasks.submit.<tenant>
         retention=js_api.RetentionPolicy.WORK_QUEUE,
         duplicate_window=settings.duplicate_window_s,
         storage=js_api.StorageType.FILE,
@@ -82,7 +96,9 @@ class TaskStore:
         await ensure_stream(
             self.js, js_api.StreamConfig(name=n.dead_stream, subjects=[f"{n.dead_prefix}.>"], max_age=s.results_ttl_s)
         )
-        self._results = await self.js.create_key_value(bucket=n.results_bucket, history=1, ttl=s.results_ttl_s)
+        self._results = await ensure_bucket(
+            self.js, js_api.KeyValueConfig(bucket=n.results_bucket, history=1, ttl=s.results_ttl_s, direct=True)
+        )
         self._checkpoints = await self.js.create_key_value(
             bucket=n.checkpoints_bucket, history=1, ttl=s.checkpoints_ttl_s
         )
@@ -97,49 +113,47 @@ class TaskStore:
         assert self._checkpoints is not None, "TaskStore.ensure() not called"
         return self._checkpoints
 
-    async def result(self, task_id: str) -> SolveResult | None:
+    async def result(self, key: str) -> SolveResult | None:
         try:
-            entry = await self.results.get(task_id)
+            entry = await self.results.get(key)
         except js_errors.KeyNotFoundError:
             return None
         return _result_dec.decode(entry.value) if entry.value else None
 
-    async def store_result(self, result: SolveResult) -> SolveResult:
+    async def store_result(self, key: str, result: SolveResult) -> SolveResult:
         """Store the final result once; if another delivery stored one first, that one wins and is returned."""
         try:
-            await self.results.create(result.task_id, encode(result))
+            await self.results.create(key, encode(result))
         except js_errors.KeyWrongLastSequenceError:
-            existing = await self.result(result.task_id)
+            existing = await self.result(key)
             if existing is not None:
                 return existing
             raise
         return result
 
-    async def publish_result_event(self, result: SolveResult) -> None:
-        """Publish once per task: deduplicated by task id, and skipped when the subject already holds it."""
-        subject = self.names.result_subject(result.task_id)
+    async def publish_result_event(self, key: str, result: SolveResult) -> None:
+        """Publish once per task: deduplicated by its key, and skipped when the subject already holds it."""
+        subject = f"{self.names.result_prefix}.{key}"
         try:
             await self.js.get_last_msg(self.names.result_events_stream, subject)
             return
         except js_errors.NotFoundError:
             pass
-        await self.js.publish(subject, encode(result), headers={"Nats-Msg-Id": result.task_id})
+        await self.js.publish(subject, encode(result), headers={"Nats-Msg-Id": key})
 
-    async def checkpoint(self, task_id: str) -> TaskCheckpoint | None:
+    async def checkpoint(self, key: str) -> TaskCheckpoint | None:
         try:
-            entry = await self.checkpoints.get(task_id)
+            entry = await self.checkpoints.get(key)
         except js_errors.KeyNotFoundError:
             return None
         return _checkpoint_dec.decode(entry.value) if entry.value else None
 
-    async def save_checkpoint(self, cp: TaskCheckpoint) -> None:
+    async def save_checkpoint(self, key: str, cp: TaskCheckpoint) -> None:
         """Stamped with this executor's format version, whoever wrote the checkpoint it resumed from."""
-        await self.checkpoints.put(cp.task_id, encode(msgspec.structs.replace(cp, schema_version=CHECKPOINT_VERSION)))
+        await self.checkpoints.put(key, encode(msgspec.structs.replace(cp, schema_version=CHECKPOINT_VERSION)))
 
-    async def drop_checkpoint(self, task_id: str) -> None:
-        await self.checkpoints.purge(task_id)
+    async def drop_checkpoint(self, key: str) -> None:
+        await self.checkpoints.purge(key)
 
-    async def dead_letter(self, letter: DeadLetter) -> None:
-        await self.js.publish(
-            self.names.dead_subject(letter.task_id), encode(letter), headers={"Nats-Msg-Id": letter.task_id}
-        )
+    async def dead_letter(self, key: str, letter: DeadLetter) -> None:
+        await self.js.publish(self.names.dead_subject(key), encode(letter), headers={"Nats-Msg-Id": key})

@@ -29,7 +29,7 @@ class Transport(Protocol):
     async def plan(self, req: PlanRequest, timeout: float) -> PlanReply: ...
     async def work(self, req: WorkRequest, timeout: float) -> WorkReply: ...
     async def verify(self, batch: VerifyBatch, timeout: float) -> VerifyBatchResult: ...
-    async def progress(self, event: ProgressEvent) -> None: ...
+    async def progress(self, tenant: str | None, event: ProgressEvent) -> None: ...
 
 
 class NatsTransport:
@@ -52,5 +52,8 @@ class NatsTransport:
     async def verify(self, batch: VerifyBatch, timeout: float) -> VerifyBatchResult:
         return await self._requests.call(VERIFY, batch, prefix=self._prefix, timeout=timeout, policy=self._policy)
 
-    async def progress(self, event: ProgressEvent) -> None:
-        await self._nc.publish(self._settings.subject(progress_subject(event.task_id)), encode(event))
+    async def progress(self, tenant: str | None, event: ProgressEvent) -> None:
+        """On the task's tenant's subject, which only that tenant may hear; a task with no tenant (a rollout) has
+        no one to tell."""
+        if tenant is not None:
+            await self._nc.publish(self._settings.subject(progress_subject(tenant, event.task_id)), encode(event))

@@ -15,8 +15,8 @@ import pytest
 from conductor import metrics
 from conductor.client import ConductorClient
 from conductor.wire import encode
-from schemas.solve import SOLVE, SolveRequest, SolveResult
-from schemas.tasks import Names
+from schemas.solve import SOLVE, SolveRequest, SolveResult, solve_subject
+from schemas.tasks import Names, task_key
 
 pytestmark = pytest.mark.nats
 
@@ -30,11 +30,11 @@ def _refused() -> float:
 
 def _targets(victim: str) -> list[str]:
     return [
-        f"$KV.{NAMES.results_bucket}.{victim}",  # pre-create or overwrite another tenant's stored result
-        NAMES.result_subject(victim),  # a forged result event (dedup would then drop the genuine one)
-        f"$KV.{NAMES.checkpoints_bucket}.{victim}",  # a checkpoint resumed as the victim's state
+        f"$KV.{NAMES.results_bucket}.{task_key('client', victim)}",  # pre-create or overwrite a stored result
+        NAMES.result_subject("client", victim),  # a forged result event (dedup would then drop the genuine one)
+        f"$KV.{NAMES.checkpoints_bucket}.{task_key('client', victim)}",  # a checkpoint resumed as the victim's state
         f"$JS.API.STREAM.PURGE.{NAMES.result_events_stream}",  # the JetStream API with the executor's grants
-        f"{NAMES.submit_subject}",  # a durable task submitted in the executor's name
+        NAMES.submit("client"),  # a durable task submitted in the executor's name
         "_INBOX.*.x",  # wildcards are never a reply
         "_INBOX",  # the inbox root itself is nobody's inbox
     ]
@@ -52,19 +52,20 @@ async def test_a_reply_subject_outside_an_inbox_is_dropped_unrun(secured, servic
             assert genuine.error is None, genuine
             forged = encode(SolveRequest(question="Answer 'forged'.", task_id=victim))
             for target in _targets(victim):
-                await rogue.publish(SOLVE.subject, forged, reply=target)
+                await rogue.publish(solve_subject("client"), forged, reply=target)
             await rogue.flush()
             await asyncio.sleep(1.0)  # what the executor would have run: a sim solve answers in milliseconds
             stored = await client.result(victim, wait=5)
         assert stored == genuine  # nothing overwrote it
         executor = await secured.connect("executor")
         js = executor.jetstream()
-        info = await js.stream_info(NAMES.result_events_stream, subjects_filter=NAMES.result_subject(victim))
-        assert info.state.subjects == {NAMES.result_subject(victim): 1}  # still exactly the genuine event
-        event = await js.get_last_msg(NAMES.result_events_stream, NAMES.result_subject(victim))
+        events = NAMES.result_subject("client", victim)
+        info = await js.stream_info(NAMES.result_events_stream, subjects_filter=events)
+        assert info.state.subjects == {events: 1}  # still exactly the genuine event
+        event = await js.get_last_msg(NAMES.result_events_stream, events)
         assert msgspec.json.decode(event.data, type=SolveResult) == genuine
         with pytest.raises(nats.js.errors.KeyNotFoundError):
-            await (await js.key_value(NAMES.checkpoints_bucket)).get(victim)
+            await (await js.key_value(NAMES.checkpoints_bucket)).get(task_key("client", victim))
         await executor.close()
     finally:
         await rogue.close()
@@ -75,7 +76,8 @@ async def test_a_request_into_the_requesters_inbox_is_answered(secured, services
     """The plain nats-py request of an operator's client (its own inbox prefix) is answered as before."""
     nc = await secured.connect("client")
     try:
-        msg = await nc.request(SOLVE.subject, encode(SolveRequest(question=QUESTION, reference="2")), timeout=30)
+        msg = await nc.request(solve_subject("client"), encode(SolveRequest(question=QUESTION, reference="2")),
+                               timeout=30)  # fmt: skip
     finally:
         await nc.close()
     result = msgspec.json.decode(msg.data, type=SolveResult)

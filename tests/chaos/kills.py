@@ -31,11 +31,12 @@ import nats.js.errors
 from nats.js import JetStreamContext
 
 from bench.processes import Service
+from conductor.access import CLIENT
 from conductor.client import ConductorClient, SolveTimeoutError
 from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
 from schemas.solve import SolveRequest, SolveResult
-from schemas.tasks import INTAKE_CONSUMER, Names
+from schemas.tasks import INTAKE_CONSUMER, Names, task_key
 from tests.chaos.harness import ROOT, _results_so_far, pool_file
 
 KINDS = ("planner", "worker-adapter", "verifier", "executor")
@@ -276,7 +277,7 @@ async def stored_results(js: JetStreamContext, names: Names, tasks: int) -> dict
     out = {}
     for i in range(tasks):
         with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-            entry = await kv.get(f"task-{i}")
+            entry = await kv.get(task_key(CLIENT, f"task-{i}"))  # the tenant client's task (docs/tenancy.md)
             if entry.value:
                 out[f"task-{i}"] = msgspec.json.decode(entry.value, type=SolveResult)
     return out

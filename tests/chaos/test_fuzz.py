@@ -23,11 +23,12 @@ import nats.js.errors
 import pytest
 
 from bench.processes import Service
+from conductor.access import CLIENT
 from conductor.natsserver import free_port
 from conductor.settings import CommonSettings
 from schemas.errors import ErrorCode
-from schemas.solve import SolveRequest, SolveResult
-from schemas.tasks import Names
+from schemas.solve import SolveRequest, SolveResult, solve_subject
+from schemas.tasks import Names, task_key
 from services.executor.validation import valid_task_id
 from tests.chaos.payloads import Payload, payloads
 from tests.conductor.scrape import scrape, value
@@ -110,8 +111,8 @@ async def fuzz_intake(nc: nats.NATS, prefix: str, batch: list[Payload], timeout:
     keys = set()
     for i, p in enumerate(batch):
         msg_id = f"fuzz-{i}"
-        await js.publish(names.submit_subject, p.data, stream=names.tasks_stream, headers={"Nats-Msg-Id": msg_id})
-        keys.add(expected_key(p, msg_id))
+        await js.publish(names.submit(CLIENT), p.data, stream=names.tasks_stream, headers={"Nats-Msg-Id": msg_id})
+        keys.add(task_key(CLIENT, expected_key(p, msg_id)))
     kv = await js.key_value(names.results_bucket)
     found: dict[str, str] = {}
     deadline = time.monotonic() + timeout
@@ -150,9 +151,9 @@ async def run_fuzz(tmp: Path, nats_url: str, prefix: str, *, n: int, intake_n: i
     try:
         before = await scrape(metrics_port)
         started = time.monotonic()
-        await fuzz_solve(nc, settings.subject("conductor.solve"), batch[:warm], report, concurrency=64)
+        await fuzz_solve(nc, settings.subject(solve_subject(CLIENT)), batch[:warm], report, concurrency=64)
         report.rss_kib.append(rss_kib(pid))
-        await fuzz_solve(nc, settings.subject("conductor.solve"), batch[warm:], report, concurrency=64)
+        await fuzz_solve(nc, settings.subject(solve_subject(CLIENT)), batch[warm:], report, concurrency=64)
         report.wall_s = time.monotonic() - started
         after = await scrape(metrics_port)
         counted = value(after, "conductor_bad_requests_total", subject="conductor.solve") - value(
@@ -164,7 +165,7 @@ async def run_fuzz(tmp: Path, nats_url: str, prefix: str, *, n: int, intake_n: i
         bad = {k: v for k, v in outcomes.items() if v not in {str(c) for c in TYPED}}
         assert not bad, bad
         reply = await nc.request(
-            settings.subject("conductor.solve"), msgspec.json.encode(SolveRequest(question=QUESTION)), timeout=60
+            settings.subject(solve_subject(CLIENT)), msgspec.json.encode(SolveRequest(question=QUESTION)), timeout=60
         )
         assert _result.decode(reply.data).answer, "serve all no longer solves after the fuzz"
         report.rss_kib.append(rss_kib(pid))

@@ -216,7 +216,7 @@ def test_a_durable_submit_to_a_full_store_is_one_line(on_nats, nats_url, capsys)
 
     async def tiny_queue() -> None:  # the task queue with no room for a task
         nc = await nats.connect(nats_url)
-        await nc.jetstream().add_stream(name=names.tasks_stream, subjects=[names.submit_subject], max_bytes=64,
+        await nc.jetstream().add_stream(name=names.tasks_stream, subjects=[names.submit("*")], max_bytes=64,
                                         discard=api.DiscardPolicy.NEW)  # fmt: skip
         await nc.close()
 

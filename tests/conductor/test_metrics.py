@@ -48,7 +48,7 @@ async def test_solves_show_up_in_metrics_by_label(served):
         )
         rejected = await client.solve(SolveRequest(question="q", pool=["gpt-99"]), timeout=30)
         nc = await nats.connect(settings.nats_url)
-        reply = await nc.request(settings.subject("conductor.solve"), b'{"question": 5}', timeout=30)
+        reply = await nc.request(settings.subject("conductor.solve.client"), b'{"question": 5}', timeout=30)
         await nc.close()
     assert all(r.error is None for r in results)
     assert rejected.error.code == ErrorCode.BAD_REQUEST

@@ -120,7 +120,7 @@ async def _submit_and_wait_for_first_step(client: ConductorClient, nc_settings: 
             first_step.set()
 
     assert client._nc is not None
-    sub = await client._nc.subscribe(nc_settings.subject(progress_subject(task_id)), cb=on_event)
+    sub = await client._nc.subscribe(nc_settings.subject(progress_subject(client.tenant, task_id)), cb=on_event)
     await client.submit(SolveRequest(question=QUESTION, task_id=task_id, policy="refine:3"))
     await asyncio.wait_for(first_step.wait(), 30)
     await sub.unsubscribe()

@@ -69,7 +69,7 @@ async def test_plain_nats_client_solves_with_progress_recursion_and_verdict(nats
 
     await nc.subscribe(f"{prefix}conductor.progress.{task_id}", cb=on_event)
     request = {"question": QUESTION, "task_id": task_id, "domain": "math", "reference": "2", "max_rounds": 1}
-    reply = await nc.request(f"{prefix}conductor.solve", json.dumps(request).encode(), timeout=60)
+    reply = await nc.request(f"{prefix}conductor.solve.client", json.dumps(request).encode(), timeout=60)
     result = json.loads(reply.data)
     await asyncio.sleep(0.2)
     await nc.close()
@@ -104,13 +104,13 @@ async def test_bad_input_gets_typed_errors_and_the_service_keeps_serving(nats_ur
     ]
     for payload, field in cases:
         try:
-            reply = await nc.request(f"{prefix}conductor.solve", payload, timeout=20)
+            reply = await nc.request(f"{prefix}conductor.solve.client", payload, timeout=20)
         except nats.errors.MaxPayloadError:
             continue  # the server itself refuses payloads over its max_payload (1 MiB by default)
         err = json.loads(reply.data)["error"]
         assert err["code"] in {"bad_request", "payload_too_large"} and err["field"] == field, (payload[:40], err)
     reply = await nc.request(
-        f"{prefix}conductor.solve", json.dumps({"question": QUESTION, "pool": ["sim-small", "sim-math"]}).encode(), timeout=60
+        f"{prefix}conductor.solve.client", json.dumps({"question": QUESTION, "pool": ["sim-small", "sim-math"]}).encode(), timeout=60
     )
     result = json.loads(reply.data)
     assert result["error"] is None and result["answer"]

@@ -154,7 +154,7 @@ async def _solve_and_kill_midway(client: ConductorClient, settings: CommonSettin
             planned.set()
 
     assert client._nc is not None
-    sub = await client._nc.subscribe(settings.subject(progress_subject(task_id)), cb=on_event)
+    sub = await client._nc.subscribe(settings.subject(progress_subject(client.tenant, task_id)), cb=on_event)
     request = SolveRequest(question="Write a long, detailed essay about the history of numbers.", task_id=task_id,
                            pool=["smol-a"], policy="single")  # fmt: skip
     solving = asyncio.create_task(client.solve(request, timeout=900))

@@ -59,5 +59,5 @@ class ScriptedTransport:
         outcome = Outcome.CORRECT if ok else Outcome.INCORRECT
         return VerifyBatchResult(verdicts=[Verdict(id=item.id, outcome=outcome, reason="scripted")])
 
-    async def progress(self, event: ProgressEvent) -> None:
+    async def progress(self, tenant: str | None, event: ProgressEvent) -> None:
         self.events.append(event)

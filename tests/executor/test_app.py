@@ -11,7 +11,7 @@ from conductor.service import full_router
 from conductor.settings import CommonSettings
 from schemas.errors import ErrorCode
 from schemas.plan import Workflow
-from schemas.solve import SOLVE_SUBJECT, SolveResult
+from schemas.solve import SolveResult, solve_subject
 from services.executor.app import ExecutorService
 from services.executor.config import ExecutorSettings
 from tests.executor.fakes import ScriptedTransport
@@ -44,7 +44,7 @@ def _service(
 
 async def _exercise(svc, broker, request, prefix: str) -> None:
     await svc.start(broker)
-    subject = f"{prefix}{SOLVE_SUBJECT}"
+    subject = f"{prefix}{solve_subject('client')}"
     for payload, field in BAD_PAYLOADS:
         res = msgspec.json.decode(await request(payload, subject), type=SolveResult)
         assert res.error is not None and res.error.code == ErrorCode.BAD_REQUEST, payload

@@ -1,6 +1,6 @@
-"""A task's owner cancels it (issue 19, item 3): no further plan or worker call starts, the call already running
-finishes, and the result carries what ran (its usage) with the error ``cancelled``. Only the owner's subject is
-believed; a cancel that comes before the task is remembered."""
+"""A task's tenant cancels it (issue 19, items 3 and 4): no further plan or worker call starts, the call already
+running finishes, and the result carries what ran (its usage) with the error ``cancelled``. Only the tenant's own
+subject is believed; a cancel that comes before the task is remembered."""
 
 from __future__ import annotations
 
@@ -25,14 +25,14 @@ from services.executor.core import Executor
 from tests.executor.fakes import ScriptedTransport
 
 WF = Workflow(model_id=[0, 1, 2], subtasks=["a", "b", "c"], access_list=[[], "all", "all"])
-REQ = SolveRequest(question="Q?", task_id="t-1.x", owner="gateway")
+REQ = SolveRequest(question="Q?", task_id="t-1.x")
 
 
 async def test_a_cancelled_task_starts_no_further_step_and_reports_what_ran():
     t = ScriptedTransport([WF], delay=0.3)
     ex = Executor(load_pool(None), ExecutorSettings(common=CommonSettings()), t)
     cancels = Cancels()
-    with cancels.watch(REQ) as cancel:
+    with cancels.watch("gateway", REQ) as cancel:
         running = asyncio.create_task(ex.solve(REQ, cancel=cancel))
         await asyncio.sleep(0.45)  # step 1 is running
         assert cancels.cancel("gateway", "t-1.x", "the HTTP client hung up")
@@ -48,32 +48,35 @@ async def test_a_cancel_before_the_task_starts_stops_it_before_its_first_call():
     ex = Executor(load_pool(None), ExecutorSettings(common=CommonSettings()), t)
     cancels = Cancels()
     assert not cancels.cancel("gateway", "t-1.x", "gone")  # nothing runs yet: remembered
-    with cancels.watch(REQ) as cancel:
+    with cancels.watch("gateway", REQ) as cancel:
         res = await ex.solve(REQ, cancel=cancel)
     assert t.plan_requests == [] and t.work_requests == []
     assert res.error is not None and res.error.code == ErrorCode.CANCELLED and res.usage.total.calls == 0
 
 
-def test_only_the_owner_named_in_the_request_cancels_it():
+def test_only_the_tasks_tenant_cancels_it_whatever_its_request_says():
     cancels = Cancels()
-    with cancels.watch(REQ) as cancel:
-        assert not cancels.cancel("client", "t-1.x", "not mine")
+    with cancels.watch("gateway", REQ) as cancel, cancels.watch("client", REQ) as same_id:  # two tenants, one id
+        assert cancels.cancel("client", "t-1.x", "mine")
+        assert cancel.reason is None and same_id.reason == "mine"
+    claimed = SolveRequest(question="Q?", task_id="t-2", owner="client")  # schema 8's owner: ignored
+    with cancels.watch("gateway", claimed) as cancel:
+        assert not cancels.cancel("client", "t-2", "x")
         assert cancel.reason is None
-    with cancels.watch(SolveRequest(question="Q?", task_id="t-2")) as unowned:  # no owner: nobody may cancel it
-        assert not cancels.cancel("gateway", "t-2", "x")
-        assert unowned.reason is None
+    with cancels.watch(None, REQ) as nobodys:  # no tenant (a handler called outside a request): nobody can
+        assert not cancels.cancel("gateway", "t-1.x", "x") and nobodys.reason is None
 
 
-def test_the_subject_says_who_cancels_which_task():
+def test_the_subject_says_which_tenant_cancels_which_task():
     assert parse_subject("p.conductor.cancel.gateway.t-1.x", "p.") == ("gateway", "t-1.x")
     assert parse_subject("conductor.cancel.gateway", "") is None
     assert parse_subject("q.conductor.cancel.gateway.t", "p.") is None
 
 
 @pytest.mark.nats
-async def test_the_owner_cancels_a_solve_on_the_bus(nats_url, subject_prefix):
-    """Over NATS: a cancel on another role's subject is ignored; the owner's stops the solve, whose reply is the
-    result with what ran."""
+async def test_the_tenant_cancels_its_solve_on_the_bus(nats_url, subject_prefix):
+    """Over NATS: a cancel on another tenant's subject is ignored; the solve's own tenant's (the client's, whose
+    subject it was sent on) stops it, and its reply is the result with what ran."""
     t = ScriptedTransport([WF], delay=0.3)
     settings = ExecutorSettings(common=CommonSettings(nats_url=nats_url, subject_prefix=subject_prefix),
                                 durable=False)  # fmt: skip
@@ -86,13 +89,13 @@ async def test_the_owner_cancels_a_solve_on_the_bus(nats_url, subject_prefix):
         async with ConductorClient(settings.common) as client:
             solving = asyncio.create_task(client.solve(REQ, timeout=10))
             await asyncio.sleep(0.45)
-            for owner in ("client", "gateway"):
-                await nc.publish(subject_prefix + cancel_subject(owner, "t-1.x"),
-                                 encode(CancelRequest(task_id="t-1.x", reason=f"from {owner}")))  # fmt: skip
+            for tenant in ("gateway", "client"):
+                await nc.publish(subject_prefix + cancel_subject(tenant, "t-1.x"),
+                                 encode(CancelRequest(task_id="t-1.x", reason=f"from {tenant}")))  # fmt: skip
             res = await solving
     finally:
         await server.stop()
         await svc.stop()
         await nc.close()
     assert [r.step for r in t.work_requests] == [0, 1]
-    assert res.error is not None and res.error.code == ErrorCode.CANCELLED and "from gateway" in res.error.message
+    assert res.error is not None and res.error.code == ErrorCode.CANCELLED and "from client" in res.error.message

@@ -8,6 +8,7 @@ import msgspec
 import nats
 import pytest
 
+from conductor.access import CLIENT
 from conductor.broker import make_broker
 from conductor.client import ConductorClient, ResultNotReadyError
 from conductor.service import full_router
@@ -16,7 +17,7 @@ from conductor.wire import encode
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, Workflow
 from schemas.solve import SolveRequest
-from schemas.tasks import DeadLetter, Names
+from schemas.tasks import DeadLetter, Names, task_key
 from services.executor.app import ExecutorService
 from services.executor.config import ExecutorSettings, IntakeSettings
 from tests.executor.fakes import ScriptedTransport
@@ -94,7 +95,7 @@ async def test_duplicate_submissions_give_one_result_and_one_event(nats_url, sub
             assert res.error is None and res.answer == "sim-knowledge@2: saw 5 msgs"
             await asyncio.sleep(0.3)
         assert len(t.plan_requests) == 1 and len(events) == 1
-        assert await svc.store.checkpoint("dup-1") is None  # forgotten after the result was stored
+        assert await svc.store.checkpoint(task_key(CLIENT, "dup-1")) is None  # forgotten after the result was stored
     finally:
         await sub.unsubscribe()
         await nc.close()
@@ -107,7 +108,7 @@ async def test_bad_task_payload_gets_a_typed_result_under_its_msg_id(nats_url, s
     names = Names.for_prefix(subject_prefix)
     try:
         js = broker.connection.jetstream()
-        await js.publish(names.submit_subject, b'{"question": 42}', headers={"Nats-Msg-Id": "bad-1"})
+        await js.publish(names.submit(CLIENT), b'{"question": 42}', headers={"Nats-Msg-Id": "bad-1"})
         async with ConductorClient(settings.common) as client:
             res = await client.result("bad-1", wait=10)
         assert res.error.code == ErrorCode.BAD_REQUEST and res.error.field == "question"
@@ -139,7 +140,7 @@ async def test_max_deliver_produces_dead_letter_and_final_error_result(nats_url,
             res = await client.result("dead-1", wait=15)
         assert res.error.code == ErrorCode.UNAVAILABLE and len(t.plan_requests) == 3
         js = broker.connection.jetstream()
-        raw = await js.get_last_msg(names.dead_stream, names.dead_subject("dead-1"))
+        raw = await js.get_last_msg(names.dead_stream, names.dead_subject(task_key(CLIENT, "dead-1")))
         letter = msgspec.json.decode(raw.data, type=DeadLetter)
         assert letter.attempts == 3 and len(letter.errors) == 3 and letter.request.question == "Q?"
     finally:

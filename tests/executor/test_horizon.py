@@ -12,12 +12,13 @@ import nats
 import nats.js.errors
 import pytest
 
+from conductor.access import CLIENT
 from conductor.client import ConductorClient
 from conductor.wire import encode
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply
 from schemas.solve import Budget, SolveRequest, StepRecord
-from schemas.tasks import Names, RoundRecord, TaskCheckpoint
+from schemas.tasks import Names, RoundRecord, TaskCheckpoint, task_key
 from services.executor.config import IntakeSettings
 from services.executor.intake import failed_again, given_up
 from tests.executor.fakes import ScriptedTransport
@@ -82,7 +83,7 @@ async def test_an_outage_longer_than_the_old_delivery_budget_does_not_dead_lette
             res = await client.result("outage-1", wait=30)
         assert res.error is None and t.failed >= 5
         with pytest.raises(nats.js.errors.NotFoundError):
-            await broker.connection.jetstream().get_last_msg(names.dead_stream, names.dead_subject("outage-1"))
+            await broker.connection.jetstream().get_last_msg(names.dead_stream, names.dead_subject(task_key(CLIENT, "outage-1")))
     finally:
         await broker.stop()
 
@@ -129,7 +130,7 @@ async def test_a_task_id_accepted_again_is_answered_from_the_stored_result_not_r
         async with ConductorClient(settings.common) as client:
             first = await client.result(await client.submit(SolveRequest(question="Q?", task_id="again-1")), wait=10)
             js = nc.jetstream()
-            ack = await js.publish(names.submit_subject, encode(SolveRequest(question="Q?", task_id="again-1")),
+            ack = await js.publish(names.submit(CLIENT), encode(SolveRequest(question="Q?", task_id="again-1")),
                                    headers={"Nats-Msg-Id": "again-1/after-restart"})  # fmt: skip
             assert not ack.duplicate  # JetStream took it
             for _ in range(100):  # the work queue empties once the delivery is acked

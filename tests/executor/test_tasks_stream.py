@@ -50,7 +50,7 @@ async def test_the_subscriber_and_the_store_declare_the_identical_config(subject
     declared = _subscribers_stream(service)
     assert js.streams[names.tasks_stream] == declared
     assert declared == store.stream_config(store.tasks_stream(names, settings))
-    assert (declared.name, declared.subjects) == (names.tasks_stream, [names.submit_subject])
+    assert (declared.name, declared.subjects) == (names.tasks_stream, [names.submit("*")])  # per tenant
     assert declared.retention == js_api.RetentionPolicy.WORK_QUEUE and declared.duplicate_window == 42.0
 
 

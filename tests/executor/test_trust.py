@@ -214,8 +214,8 @@ async def test_the_durable_intake_runs_the_submitted_request_over_a_forged_check
     svc, broker = await _start(settings, t)
     try:
         forged = msgspec.structs.replace(SUBMITTED, question="INJECTED", task_id="forged-1")
-        await svc.store.save_checkpoint(in_progress(forged, workflow=FRESH, steps=[]))
-        await svc.store.checkpoints.put("garbled-1", b"{not json")
+        await svc.store.save_checkpoint("client.forged-1", in_progress(forged, workflow=FRESH, steps=[]))
+        await svc.store.checkpoints.put("client.garbled-1", b"{not json")  # the tenant client's keys
         async with ConductorClient(settings.common) as client:
             for task_id in ["forged-1", "garbled-1"]:
                 await client.submit(msgspec.structs.replace(SUBMITTED, task_id=task_id))
