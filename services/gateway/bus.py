@@ -1,6 +1,7 @@
 """The gateway's side of NATS: a solve (request/reply, with optional progress events) or a durable submission, and
-the cancel of a task whose client hung up — always through the public solve API: the gateway is a client like any
-other (the NATS role ``gateway``, the ``owner`` of its tasks), with no access to internals."""
+the cancel of a task whose client hung up — always through the public solve API: the gateway is a tenant like any
+other (the NATS user ``gateway``: its tasks, progress and results are its own, docs/tenancy.md), with no access to
+internals. Which of its API keys a task belongs to is the gateway's to keep apart (services/gateway/calls.py)."""
 
 from __future__ import annotations
 
@@ -15,19 +16,20 @@ import nats.js.errors as js_errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from conductor.access import GATEWAY
 from conductor.client import ConductorClient, ResultNotReadyError, store_full
 from conductor.endpoints import Requester
 from conductor.liveness import ResponderLost
 from conductor.settings import CommonSettings
 from conductor.wire import encode
 from schemas.solve import (
-    SOLVE_SUBJECT,
     CancelRequest,
     ProgressEvent,
     SolveRequest,
     SolveResult,
     cancel_subject,
     progress_subject,
+    solve_subject,
 )
 from services.gateway.errors import GatewayError
 
@@ -79,8 +81,9 @@ class Bus:
         self._nc = nc
         self._settings = settings
         self._requests = Requester(nc)
-        self._client = ConductorClient(settings, nc=nc)
-        self._solve = settings.subject(SOLVE_SUBJECT)
+        self._client = ConductorClient(settings, nc=nc, role=GATEWAY)
+        self.tenant = self._client.tenant  # the NATS user it connected as (``gateway`` in every deployment we ship)
+        self._solve = settings.subject(solve_subject(self.tenant))
 
     def pending(self) -> int:
         """Replies this gateway still waits for (a test and a debugging aid: it must return to 0)."""
@@ -124,9 +127,9 @@ class Bus:
         except msgspec.DecodeError as exc:
             raise undecodable(exc) from exc
 
-    async def cancel(self, owner: str, task_id: str, reason: str) -> None:
+    async def cancel(self, task_id: str, reason: str) -> None:
         """Ask the executor running ``task_id`` to stop it (schemas/solve.py ``CANCEL``); best effort."""
-        subject = self._settings.subject(cancel_subject(owner, task_id))
+        subject = self._settings.subject(cancel_subject(self.tenant, task_id))
         await self._nc.publish(subject, encode(CancelRequest(task_id=task_id, reason=reason)))
 
     @contextlib.asynccontextmanager
@@ -138,7 +141,7 @@ class Bus:
             with contextlib.suppress(msgspec.DecodeError):  # a malformed event is not the client's problem
                 queue.put_nowait(_event_dec.decode(msg.data))
 
-        sub = await self._nc.subscribe(self._settings.subject(progress_subject(task_id)), cb=on_event)
+        sub = await self._nc.subscribe(self._settings.subject(progress_subject(self.tenant, task_id)), cb=on_event)
         try:
             yield queue
         finally:

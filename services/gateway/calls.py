@@ -22,7 +22,6 @@ import nats.errors
 import structlog
 
 from conductor import metrics
-from conductor.access import GATEWAY
 from schemas.solve import Budget, SolveRequest, SolveResult
 from services.gateway.bus import Bus
 from services.gateway.config import GatewaySettings
@@ -70,7 +69,7 @@ class Call:
         """Ask the executor to stop the task, again every ``CANCEL_REPEAT_S`` until its result is in."""
         while not self.task.done():
             try:
-                await self._calls.bus.cancel(GATEWAY, self.task_id, HUNG_UP)
+                await self._calls.bus.cancel(self.task_id, HUNG_UP)
             except nats.errors.Error as exc:  # a lost connection: the next try, or the result, settles it
                 log.warning("cancel not sent", task_id=self.task_id, error=repr(exc))
             await asyncio.wait({self.task}, timeout=CANCEL_REPEAT_S)
@@ -84,8 +83,8 @@ class Calls:
         self._running: set[asyncio.Task[Any]] = set()  # calls in flight and their cancels, until they end
 
     def task_id(self, key: ApiKey) -> str:
-        """Task ids carry a tag of the key that made them, so a key can fetch only its own durable tasks."""
-        return f"{owner_tag(key)}{uuid.uuid4().hex}"
+        """A new task of ``key``: ``<key name>.<random>`` (``owns`` reads the name back)."""
+        return f"{key.name}.{uuid.uuid4().hex}"
 
     async def admit(self, key: ApiKey, solve: SolveRequest) -> tuple[SolveRequest, Hold | None]:
         """Count the request against the key's limits and reserve its spend (services/gateway/quota.py); the
@@ -138,8 +137,15 @@ class Calls:
             log.error("spend not settled", key=key.name, error=exc.message, cost_usd=cost)
 
 
-def owner_tag(key: ApiKey) -> str:
-    return f"gw{key.sha256[:12]}-"
+def owns(key: ApiKey, task_id: str) -> bool:
+    """Whether ``task_id`` is one of ``key``'s tasks (``Calls.task_id``). The gateway is one tenant on the bus
+    (docs/tenancy.md): its keys' tasks share its namespace, and this is what keeps them apart. The gateway alone
+    makes its task ids (a request cannot choose one), and key names are unique in the keys file, so a key reaches
+    only ids made for its own name; a key rotated under the same name keeps its tasks. The tag used to be a
+    prefix of the key's SHA-256: every tenant on the bus could read those ids then, and a short hash of a weak
+    key is something to brute-force offline; a name is no secret's digest."""
+    name, _, token = task_id.rpartition(".")
+    return name == key.name and len(token) == 32 and all(c in "0123456789abcdef" for c in token)
 
 
 @contextlib.contextmanager

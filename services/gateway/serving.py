@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 from schemas.solve import ProgressEvent, SolveRequest
 from services.gateway.bus import Bus
-from services.gateway.calls import Call, Calls, in_flight, owner_tag
+from services.gateway.calls import Call, Calls, in_flight, owns
 from services.gateway.errors import GatewayError
 from services.gateway.keys import ApiKey
 from services.gateway.protocol import (
@@ -93,7 +93,7 @@ class Serving:
 
     async def task(self, key: ApiKey, task_id: str) -> ChatCompletionResponse:
         """``GET /v1/conductor/tasks/{task_id}``: a durable task's stored result, for the key that made it only."""
-        if not task_id.startswith(owner_tag(key)):
+        if not owns(key, task_id):
             raise GatewayError(404, f"no task {task_id} for this key", kind="invalid_request_error",
                                code="task_not_found")  # fmt: skip
         result = await self.bus.result(task_id, wait=0.0)

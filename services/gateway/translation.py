@@ -15,7 +15,6 @@ from collections.abc import Iterator
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from conductor.access import GATEWAY
 from conductor.strategy import StrategyError, parse_strategy
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import ProgressEvent, SolveRequest, SolveResult
@@ -144,7 +143,6 @@ def solve_request(req: ChatCompletionRequest, worker_names: list[str], task_id: 
         budget=req.budget,
         cache=req.cache,
         progress=req.stream and req.conductor_progress,
-        owner=GATEWAY,  # the gateway cancels a task whose client hung up (services/gateway/calls.py)
     )
 
 
