@@ -1,5 +1,5 @@
-"""A real nats-server with the authorization of conductor/access.py (a NATS user per role, generated passwords),
-as `demo`, `serve all` and `eval` start it, and the services running on it, each as its own user."""
+"""A real nats-server with the authorization of conductor/access.py (a NATS user per role and per tenant, generated
+passwords), as `demo`, `serve all` and `eval` start it, and the services running on it, each as its own user."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
 
 SERVICES = ["executor", "planner", "worker-adapter", "verifier", "gateway"]
+TENANTS = ("acme", "beta")  # two tenants besides `client` and the gateway (CONDUCTOR_TENANTS), tests/access/test_tenants.py
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Secured:
 
 @pytest.fixture(scope="module")
 def secured() -> Iterator[Secured]:
-    with NatsServer.secured() as server:
+    with NatsServer.secured(tenants=TENANTS) as server:
         assert server.credentials_file is not None
         assert server.credentials_file.stat().st_mode & 0o777 == 0o600
         assert password_key("worker-adapter") in server.credentials_file.read_text()
