@@ -62,6 +62,10 @@ class ModelSection(_Section):
     # start from: merged into the base once, before the first stage, as ``start-model/`` under output.dir. The
     # run's own adapter is still exported against the base (output.adapter_base), so it carries both trainings.
     adapter: str = ""
+    # CPU threads for training and generation (0: torch's default, one per core). A tiny model runs faster on one:
+    # its matrices are too small to split, and two threads spinning for each other on a busy machine cost 3x the CPU
+    # (the default-tier learning test: 209 s on one thread against 483 s on two, both cores otherwise busy).
+    threads: Annotated[int, Meta(ge=0, le=256)] = 0
     seed: int = 0
 
 

@@ -52,7 +52,21 @@ class Stages:
 
 
 def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress: Progress | None = None) -> dict:
-    """Every stage the config asks for; the figures of each (also in ``stages.json``)."""
+    """Every stage the config asks for; the figures of each (also in ``stages.json``), on ``model.threads`` CPU
+    threads when set (torch's own count is restored after)."""
+    if not config.model.threads:
+        return _run(config, score, resume=resume, progress=progress)
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(config.model.threads)
+    try:
+        return _run(config, score, resume=resume, progress=progress)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(config: LearnerConfig, score: Scorer, *, resume: bool, progress: Progress | None) -> dict:
     out = Path(config.output.dir)
     stages = Stages(out / "stages.json")
     if stages.done and not resume:
