@@ -67,7 +67,7 @@ async def test_plain_nats_client_solves_with_progress_recursion_and_verdict(nats
     async def on_event(msg):
         events.append(json.loads(msg.data))
 
-    await nc.subscribe(f"{prefix}conductor.progress.{task_id}", cb=on_event)
+    await nc.subscribe(f"{prefix}conductor.progress.client.{task_id}", cb=on_event)
     request = {"question": QUESTION, "task_id": task_id, "domain": "math", "reference": "2", "max_rounds": 1}
     reply = await nc.request(f"{prefix}conductor.solve.client", json.dumps(request).encode(), timeout=60)
     result = json.loads(reply.data)
@@ -123,12 +123,12 @@ async def test_durable_submit_and_fetch_result_later(nats_url, system):
     js = nc.jetstream()
     task_id = uuid.uuid4().hex
     body = json.dumps({"question": QUESTION, "task_id": task_id}).encode()
-    await js.publish(f"{prefix}conductor.tasks.submit", body, headers={"Nats-Msg-Id": task_id})
+    await js.publish(f"{prefix}conductor.tasks.submit.client", body, headers={"Nats-Msg-Id": task_id})
     bucket = "CONDUCTOR_RESULTS_" + prefix.strip(".").upper()
     kv = await js.key_value(bucket)
     for _ in range(200):
         try:
-            entry = await kv.get(task_id)
+            entry = await kv.get(f"client.{task_id}")  # results are keyed by tenant (docs/tenancy.md)
             break
         except nats.js.errors.KeyNotFoundError:
             await asyncio.sleep(0.05)
