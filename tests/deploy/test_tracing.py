@@ -80,18 +80,18 @@ async def test_a_solve_is_one_trace_across_the_services(spans, system):
     steps = [st for rnd in result.workflows for st in rnd.steps]
     assert names.count(f"process {p}conductor.work") == len(steps) == names.count(f"request {p}conductor.work")
     assert len([n for n in names if n.startswith("step ")]) == len(steps)
-    for name in (f"process {p}conductor.plan", f"process {p}conductor.verify", f"process {p}conductor.solve", "task"):
+    for name in (f"process {p}conductor.plan", f"process {p}conductor.verify", f"process {p}conductor.solve.{{tenant}}", "task"):
         assert names.count(name) == 1, (name, names)
     for s in mine:
         if s.name == f"process {p}conductor.work":  # a worker call, inside its step, inside the task
             chain = _chain(s, index)
             assert chain[1] == f"request {p}conductor.work" and chain[2].startswith("step ")
-            assert chain[3:] == ["task", f"process {p}conductor.solve", "client solve"]
+            assert chain[3:] == ["task", f"process {p}conductor.solve.{{tenant}}", "client solve"]
             assert s.kind is SpanKind.SERVER and index[s.parent.span_id].kind is SpanKind.CLIENT
     step = next(s for s in mine if s.name.startswith("step "))
     assert step.attributes["conductor.worker"] in {st.worker for st in steps}
     verify = next(s for s in mine if s.name == f"process {p}conductor.verify")
-    assert _chain(verify, index)[-3:] == ["task", f"process {p}conductor.solve", "client solve"]
+    assert _chain(verify, index)[-3:] == ["task", f"process {p}conductor.solve.{{tenant}}", "client solve"]
 
 
 @pytest.mark.nats
@@ -102,7 +102,7 @@ async def test_a_durable_task_joins_the_submitters_trace(spans, system):
         stored = await client.result(task_id, wait=60)
     assert stored.error is None
     # The result is stored before the delivery's span ends (ack after store): wait for the consumer span.
-    consumer = f"process {system.subject_prefix}conductor.tasks.submit"
+    consumer = f"process {system.subject_prefix}conductor.tasks.submit.client"  # the tenant's subject
     for _ in range(200):
         if any(s.name == consumer for s in spans.get_finished_spans()):
             break
