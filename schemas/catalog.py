@@ -11,7 +11,7 @@ from __future__ import annotations
 from schemas.contract import Event, RequestReply
 from schemas.learner import LEARNER_PROGRESS, POLICY_VERSIONS
 from schemas.plan import PLAN
-from schemas.rollout import ROLLOUT
+from schemas.rollout import ROLLOUT, ROLLOUT_RESULTS, ROLLOUT_WORK
 from schemas.solve import CANCEL, PROGRESS, SOLVE
 from schemas.tasks import RESULTS
 from schemas.verify import VERIFY
@@ -21,5 +21,5 @@ REQUEST_REPLY: tuple[RequestReply, ...] = (SOLVE, ROLLOUT, PLAN, WORK, VERIFY)
 """Ordered as the AsyncAPI document lists them: the public subject first, the learner's next, then the internal
 ones."""
 
-EVENTS: tuple[Event, ...] = (PROGRESS, RESULTS, CANCEL, LEARNER_PROGRESS, POLICY_VERSIONS)
+EVENTS: tuple[Event, ...] = (PROGRESS, RESULTS, CANCEL, ROLLOUT_WORK, ROLLOUT_RESULTS, LEARNER_PROGRESS, POLICY_VERSIONS)
 """Subjects published to without a reply."""

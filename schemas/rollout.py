@@ -8,6 +8,13 @@ of learning a wrong zero.
 
 The policy never sees the reference: it travels here, from the learner to the executor, and from there only to the
 verifier.
+
+Two ways in (docs/learner.md, "Where rollouts run"). Pulled, the default: each rollout of a batch is a work item
+(``RolloutItem``) on ``conductor.rollout.work.<run>``, kept by the JetStream work-queue stream ``CONDUCTOR_ROLLOUTS``,
+and an executor fetches only as many items as it has free rollout slots, so a batch spreads over the replicas by
+their free capacity; each item's ``RolloutOutcome`` comes back on ``conductor.rollout.results.<run>``, the run being
+the sender's own token. Placed: the whole batch is one request on ``conductor.rollout``, which the queue group hands
+to a random replica whatever its load (kept for executors older than the work queue).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from schemas.contract import RequestReply
+from schemas.contract import Event, RequestReply
 from schemas.errors import ErrorInfo
 from schemas.plan import PriorRound
 from schemas.solve import Budget, NonBlank, StepRecord
@@ -99,4 +106,50 @@ ROLLOUT: RequestReply[RolloutBatch, RolloutBatchResult] = RequestReply(
     "parse error, verdict, steps, usage and answer out. Same parse -> worker calls -> verify path as a solve, "
     "without resampling or fallback.",
     error_reply=lambda info, _request: RolloutBatchResult(error=info),
+)
+
+
+ROLLOUTS_STREAM = "CONDUCTOR_ROLLOUTS"
+"""The work-queue stream of rollout items (memory storage: rollouts are not durable, a lost one is sent again)."""
+ROLLOUTS_CONSUMER = "executor"
+"""The executors' one durable pull consumer on it: each replica asks it for as many items as it has free slots."""
+
+
+class RolloutItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One rollout as a work item. ``key`` is the sender's, unique per send (a retried batch gets new keys), and
+    comes back with the outcome; ``deadline`` (unix seconds) is when the sender stops waiting: an item fetched after
+    it is dropped unrun, one running at it is cancelled."""
+
+    key: Annotated[str, Meta(min_length=1, max_length=256, description="The sender's id for this item.")]
+    rollout: Rollout
+    deadline: Annotated[float | None, Meta(description="Unix seconds; unset: no deadline.")] = None
+
+
+class RolloutOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of one item: its ``result`` (a masked one, ``reward`` unset, when it could not be scored), or
+    ``error`` when the rollout was refused before anything ran (a bad request: the sender's bug, as for a batch)."""
+
+    key: str
+    result: RolloutResult | None = None
+    error: ErrorInfo | None = None
+
+
+ROLLOUT_WORK: Event[RolloutItem] = Event(
+    title="rollout_work",
+    address="conductor.rollout.work.{run}",
+    payload=RolloutItem,
+    description="Training (learner -> executor), pulled: one rollout per message on the JetStream work-queue "
+    f"stream {ROLLOUTS_STREAM}; executors fetch only as many as they have free rollout slots (durable pull "
+    f"consumer {ROLLOUTS_CONSUMER!r}) and answer on conductor.rollout.results.<run>. An item whose executor is lost "
+    "is redelivered to another replica once its in-progress acknowledgements stop.",
+    parameters={"run": "The sending client's token (one per rollout client): where its outcomes go."},
+)
+
+ROLLOUT_RESULTS: Event[RolloutOutcome] = Event(
+    title="rollout_results",
+    address="conductor.rollout.results.{run}",
+    payload=RolloutOutcome,
+    description="Training (executor -> learner): each pulled rollout's result, or the typed error that refused it, "
+    "by item key. Only executors publish here; the sender keeps the first outcome per key and drops any other.",
+    parameters={"run": "The token of the client that sent the items."},
 )

@@ -24,6 +24,7 @@ from schemas.contract import Event
 from schemas.errors import ErrorInfo
 from schemas.learner import JOBS_STREAM
 from schemas.plan import PriorRound, Workflow
+from schemas.rollout import ROLLOUTS_STREAM
 from schemas.solve import RoundRecord, SolveRequest, SolveResult
 from schemas.usage import Usage
 
@@ -127,6 +128,7 @@ class Names(msgspec.Struct, frozen=True, kw_only=True):
     limits_bucket: str = LIMITS_BUCKET
     policies_bucket: str = POLICIES_BUCKET
     learner_jobs_stream: str = JOBS_STREAM
+    rollouts_stream: str = ROLLOUTS_STREAM
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Names:
@@ -147,6 +149,7 @@ class Names(msgspec.Struct, frozen=True, kw_only=True):
             limits_bucket=LIMITS_BUCKET + suffix,
             policies_bucket=POLICIES_BUCKET + suffix,
             learner_jobs_stream=JOBS_STREAM + suffix,
+            rollouts_stream=ROLLOUTS_STREAM + suffix,
         )
 
     def submit(self, tenant: str) -> str:

@@ -11,7 +11,14 @@ import msgspec
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.learner import PolicyCard, PolicyVersion, TrainJob, TrainProgress
 from schemas.plan import PlanReply, PlanRequest, PriorRound, RejectedSample, WorkerCard, Workflow
-from schemas.rollout import Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
+from schemas.rollout import (
+    Rollout,
+    RolloutBatch,
+    RolloutBatchResult,
+    RolloutItem,
+    RolloutOutcome,
+    RolloutResult,
+)
 from schemas.solve import (
     Budget,
     CancelRequest,
@@ -211,6 +218,22 @@ PAYLOADS: dict[str, object] = {
         usage=UsageSummary(by_worker={"sim-math": U}, total=U),
         error=ErrorInfo(code=ErrorCode.CANCELLED, message="cancelled by its owner: the HTTP client hung up"),
         latency_s=0.4,
+    ),
+    "rollout_item_v10": RolloutItem(
+        key="0f9c2d7e4b1a4c8e9d3f6a2b5c7e1d40-17",
+        rollout=Rollout(id="s3-q1-c5", question="What is 2^100 mod 7?", pool=["sim-math", "sim-small"],
+                        completion="model_id = [0]\nsubtasks = [\"solve it\"]\naccess_list = [[]]",
+                        reference="2", domain="math", policy_version="run@3"),
+        deadline=1795000000.25,
+    ),
+    "rollout_outcome_v10": RolloutOutcome(
+        key="0f9c2d7e4b1a4c8e9d3f6a2b5c7e1d40-17",
+        result=RolloutResult(id="s3-q1-c5", reward=1.0, parsed=True, answer="\\boxed{2}", verdict=VERDICT,
+                             steps=[STEP], usage=U, latency_s=1.2, policy_version="run@3"),
+    ),
+    "rollout_outcome_error_v10": RolloutOutcome(
+        key="0f9c2d7e4b1a4c8e9d3f6a2b5c7e1d40-18",
+        error=ErrorInfo(code=ErrorCode.BAD_REQUEST, message="unknown worker 'gpt-99'", field="pool[1]"),
     ),
     "dead_letter_v1": DeadLetter(
         task_id="t-1",

@@ -11,7 +11,7 @@ import pytest
 
 from schemas.learner import PolicyVersion, TrainJob, TrainProgress
 from schemas.plan import PlanReply, PlanRequest
-from schemas.rollout import RolloutBatch, RolloutBatchResult
+from schemas.rollout import RolloutBatch, RolloutBatchResult, RolloutItem, RolloutOutcome
 from schemas.solve import CancelRequest, ProgressEvent, SolveRequest, SolveResult
 from schemas.tasks import DeadLetter, TaskCheckpoint
 from schemas.verify import VerifyBatch, VerifyBatchResult
@@ -34,6 +34,8 @@ TYPES: dict[str, type] = {
     "dead_letter": DeadLetter,
     "rollout_batch": RolloutBatch,
     "rollout_batch_result": RolloutBatchResult,
+    "rollout_item": RolloutItem,
+    "rollout_outcome": RolloutOutcome,
     "train_job": TrainJob,
     "train_progress": TrainProgress,
     "policy_version": PolicyVersion,
