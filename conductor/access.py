@@ -16,6 +16,11 @@ to it, ``max`` messages within ``expires``. Liveness beats (conductor/liveness.p
 reply subject, one per beat period while a call runs, so ``max`` covers the longest call at the fastest beat a
 server sends (``MIN_BEAT_S``) and ``expires`` the longest call a role serves (``RESPONSE_WINDOW_S``).
 
+Rollouts (schemas/rollout.py): only the learner sends them — a batch on ``conductor.rollout``, or items into the
+work queue ``conductor.rollout.work.>`` — only executors fetch items (nobody subscribes to the work subjects: an item
+carries its reference) and only executors publish outcomes on ``conductor.rollout.results.>``, which only the
+learner hears.
+
 The learner takes training jobs from its own work-queue stream and publishes their progress; it alone writes
 policy versions (its Object Store ``CONDUCTOR_POLICIES``) and announces them. Planners read that bucket and hear
 the announcements, nothing more; only the ``trainer`` (an operator) submits training jobs; clients and trainers
@@ -48,7 +53,7 @@ from conductor.liveness import MIN_BEAT_S
 from schemas.contract import Event, RequestReply, wildcard
 from schemas.learner import JOBS_CONSUMER, LEARNER_PROGRESS, POLICY_VERSIONS, TRAIN_SUBJECT
 from schemas.plan import PLAN
-from schemas.rollout import ROLLOUT
+from schemas.rollout import ROLLOUT, ROLLOUT_RESULTS, ROLLOUT_WORK, ROLLOUTS_CONSUMER
 from schemas.solve import CANCEL, PROGRESS, SOLVE, solve_subject, valid_tenant
 from schemas.tasks import INTAKE_CONSUMER, RESULTS, Names
 from schemas.verify import VERIFY
@@ -229,10 +234,28 @@ def _executor(n: Names, p: str) -> Grant:
             *_kv_write(n.results_bucket),
             *_stream(f"KV_{n.results_bucket}", "UPDATE"),  # direct gets on, for a bucket made before schema 9
             *_kv_write(n.checkpoints_bucket),
+            *_rollout_puller(n, p),
         ),
         subscribe=(_subject(SOLVE, p), _subject(ROLLOUT, p), _all(CANCEL, p)),
         window_s=RESPONSE_WINDOW_S["executor"],
     )
+
+
+def _rollout_puller(n: Names, p: str) -> list[str]:
+    """Pulled rollouts (services/executor/rollout_queue.py): declare the work queue and its one consumer, fetch from
+    it (into the executor's own inbox), acknowledge, and answer on the results subjects. Nobody subscribes to the
+    work subjects (an item carries its reference, which the policy must never see); only executors fetch."""
+    rollouts, consumer = n.rollouts_stream, ROLLOUTS_CONSUMER
+    return [
+        *_stream(rollouts, "CREATE", "UPDATE", "INFO"),
+        f"{API}.CONSUMER.DURABLE.CREATE.{rollouts}.{consumer}",
+        f"{API}.CONSUMER.CREATE.{rollouts}.{consumer}",
+        f"{API}.CONSUMER.CREATE.{rollouts}.{consumer}.>",
+        f"{API}.CONSUMER.INFO.{rollouts}.{consumer}",
+        f"{API}.CONSUMER.MSG.NEXT.{rollouts}.{consumer}",
+        f"$JS.ACK.{rollouts}.>",  # acks, in-progress marks and naks while an item runs
+        _all(ROLLOUT_RESULTS, p),
+    ]
 
 
 def _planner(n: Names, p: str) -> Grant:
@@ -284,11 +307,14 @@ def _gateway(n: Names, p: str, tenant: str) -> Grant:
 
 def _learner(n: Names, p: str) -> Grant:
     """Training jobs from its durable work queue (schemas/learner.py), their progress out; rollouts in, rewards out
-    (schemas/rollout.py); policy versions in its own Object Store, announced."""
+    (schemas/rollout.py: work items into the queue and their outcomes heard, whether anyone pulls them, or a batch by
+    request/reply); policy versions in its own Object Store, announced."""
     bucket, stream, jobs = n.policies_bucket, f"OBJ_{n.policies_bucket}", n.learner_jobs_stream
     return Grant(
         publish=(
             _subject(ROLLOUT, p),
+            _all(ROLLOUT_WORK, p),
+            f"{API}.CONSUMER.INFO.{n.rollouts_stream}.{ROLLOUTS_CONSUMER}",
             f"{API}.INFO",
             *_stream(jobs, "CREATE", "UPDATE", "INFO"),
             f"{API}.CONSUMER.DURABLE.CREATE.{jobs}.{JOBS_CONSUMER}",
@@ -304,7 +330,7 @@ def _learner(n: Names, p: str) -> Grant:
             f"$O.{bucket}.>",
             _all(POLICY_VERSIONS, p),
         ),
-        subscribe=(),
+        subscribe=(_all(ROLLOUT_RESULTS, p),),
     )
 
 

@@ -101,6 +101,28 @@ FORGED = SolveResult(task_id="", answer="forged")
         ("worker-adapter", "publish", "conductor.cancel.gateway.t"),
         ("executor", "publish", "conductor.cancel.gateway.t"),
         ("client", "subscribe", "conductor.cancel.>"),
+        # issue 18, item 8: rollouts pulled from the work queue. Only executors answer them (a forged outcome would be
+        # trained on) — not even the learner that sent them; only the learner sends work (executor time outside
+        # training); nobody reads the items (each carries its reference) and only executors fetch them.
+        ("client", "publish", "conductor.rollout.results.run"),
+        ("gateway", "publish", "conductor.rollout.results.run"),
+        ("verifier", "publish", "conductor.rollout.results.run"),
+        ("learner", "publish", "conductor.rollout.results.run"),
+        ("client", "subscribe", "conductor.rollout.results.>"),
+        ("planner", "subscribe", "conductor.rollout.results.>"),
+        ("client", "publish", "conductor.rollout.work.run"),
+        ("gateway", "publish", "conductor.rollout.work.run"),
+        ("planner", "subscribe", "conductor.rollout.work.>"),
+        ("client", "subscribe", "conductor.rollout.work.>"),
+        ("executor", "subscribe", "conductor.rollout.work.>"),
+        ("learner", "subscribe", "conductor.rollout.work.>"),
+        ("client", "publish", "$JS.API.CONSUMER.MSG.NEXT.CONDUCTOR_ROLLOUTS.executor"),
+        ("learner", "publish", "$JS.API.CONSUMER.MSG.NEXT.CONDUCTOR_ROLLOUTS.executor"),
+        ("planner", "publish", "$JS.API.CONSUMER.CREATE.CONDUCTOR_ROLLOUTS.spy"),
+        ("client", "publish", "$JS.API.STREAM.MSG.GET.CONDUCTOR_ROLLOUTS"),
+        ("learner", "publish", "$JS.API.STREAM.PURGE.CONDUCTOR_ROLLOUTS"),
+        ("executor", "publish", "$JS.API.STREAM.DELETE.CONDUCTOR_ROLLOUTS"),
+        ("client", "publish", "$JS.ACK.CONDUCTOR_ROLLOUTS.executor.1.1.1.1.0"),
     ],
 )
 async def test_the_server_refuses(secured, user, action, subject):

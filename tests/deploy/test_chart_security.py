@@ -259,7 +259,9 @@ def test_service_permissions_follow_the_subjects_in_schemas():
     assert not any(s.startswith("$O.") for s in users["planner"]["publish"])  # policy versions: read-only
     learner = nats_users(named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"])
     assert f"{POLICY_SUBJECT_PREFIX}.>" in learner["learner"]["publish"]
-    assert learner["learner"]["subscribe"] == ["_INBOX.learner.>"]
+    # Only its rollouts' outcomes (executors alone publish them); the work items it sends are read by nobody.
+    assert learner["learner"]["subscribe"] == [f"{ROLLOUT_SUBJECT}.results.>", "_INBOX.learner.>"]
+    assert not any(s.startswith(f"{ROLLOUT_SUBJECT}.work") for user in users.values() for s in user["subscribe"])
     assert TRAIN_SUBJECT not in users["client"]["publish"]  # training is an operator's act (issue 19, item 2)
     assert users["trainer"]["publish"] == [TRAIN_SUBJECT]
     assert users["worker-adapter"]["subscribe"] == [WORK_SUBJECT, "_INBOX.worker-adapter.>"]
