@@ -34,6 +34,23 @@ def unbound(setting: str, host: str, port: int, exc: OSError) -> StartupError:
     return StartupError(f"{setting}={port}: {host}:{port} {why}")
 
 
+class Puller(Protocol):
+    """Work a service fetches for itself instead of being handed it (the executor's rollouts,
+    services/executor/rollout_queue.py). A service lists its pullers in ``pullers`` once started; the runtime starts
+    them after every service and endpoint is up, and drains them with the service's endpoints."""
+
+    async def start(self) -> bool:
+        """Begin fetching; False when it cannot (the service then serves without it, as it logs)."""
+
+    async def stop(self, drain_timeout_s: float) -> None:
+        """Fetch nothing more; let what runs finish within ``drain_timeout_s``; give back the rest."""
+
+
+def pullers(svc: Service) -> Sequence[Puller]:
+    """A service's pullers (most services have none, and no such attribute)."""
+    return getattr(svc, "pullers", ())
+
+
 class Service(Protocol):
     name: str
     endpoints: Sequence[Endpoint]

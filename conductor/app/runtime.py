@@ -21,7 +21,7 @@ from conductor.credentials import connection, redacted, refusal
 from conductor.endpoints import EndpointServer
 from conductor.logging import configure_logging, get_logger
 from conductor.probes import ProbeServer
-from conductor.service import Service
+from conductor.service import Service, pullers
 from conductor.settings import CommonSettings
 
 SERVICES: dict[str, str] = {
@@ -107,6 +107,9 @@ async def running(
                 await broker.start()
             for server in servers:
                 await server.start()
+            for svc in services:  # work fetched, like work handed over, finds every service ready
+                for puller in pullers(svc):
+                    await puller.start()
             # Each service has its own connection: a request sent on one right after start-up must find the
             # others' subscriptions already at the server (one shared connection kept that order by itself).
             await asyncio.gather(*(c.flush() for c in connections))
@@ -116,7 +119,7 @@ async def running(
             yield brokers[0]
         finally:
             accepting = False
-            await drain(services, servers)
+            await drain(services, servers, settings.drain_timeout_s)
             for svc in reversed(started):  # before the connections close: services may flush state to NATS
                 await svc.stop()
             if started:
@@ -134,16 +137,17 @@ async def _connect(broker: NatsBroker, settings: CommonSettings, role: str) -> C
         raise refused(connection(settings, role), reason) from None
 
 
-async def drain(services: Sequence[Service], servers: Sequence[EndpointServer]) -> None:
+async def drain(services: Sequence[Service], servers: Sequence[EndpointServer], timeout_s: float) -> None:
     """Stop taking messages service by service, in the order given (upstream first: ``SERVICES`` lists the
-    executor first), each service's endpoints and subscribers at once, each waiting up to the drain timeout for its
-    in-flight handlers.
+    executor first), each service's endpoints, subscribers and pullers at once, each waiting up to the drain timeout
+    for its in-flight handlers.
 
     FastStream's ``broker.stop()`` stops every subscriber at once; in one process (`serve all`) the worker adapter
     would then unsubscribe while the executor still waits on its calls, failing tasks that could have finished.
     """
     for svc, server in zip(services, servers, strict=True):
-        await asyncio.gather(server.stop(), *(sub.stop() for sub in svc.router.subscribers))
+        await asyncio.gather(server.stop(), *(sub.stop() for sub in svc.router.subscribers),
+                             *(p.stop(timeout_s) for p in pullers(svc)))  # fmt: skip
 
 
 async def _start_probes(

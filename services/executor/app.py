@@ -1,5 +1,6 @@
-"""Executor service: solve requests from ``conductor.solve.<tenant>`` (request/reply), the learner's rollout batches
-from ``conductor.rollout`` (request/reply) and, when durable, tasks from the JetStream work queue
+"""Executor service: solve requests from ``conductor.solve.<tenant>`` (request/reply), the learner's rollouts —
+pulled from the work queue ``conductor.rollout.work.>`` by free capacity (services/executor/rollout_queue.py), or a
+batch at a time from ``conductor.rollout`` (request/reply) — and, when durable, tasks from the JetStream work queue
 ``conductor.tasks.submit.<tenant>``; their tenants' cancels from ``conductor.cancel.<tenant>.<task_id>`` (every
 replica). A task's tenant is read from the subject it came on, never from its payload (docs/tenancy.md)."""
 
@@ -29,6 +30,7 @@ from services.executor.cancels import Cancels, parse_subject
 from services.executor.config import ExecutorSettings
 from services.executor.core import Executor
 from services.executor.intake import PULL_EXPIRY_S, Intake, admission
+from services.executor.rollout_queue import RolloutPuller
 from services.executor.rollouts import Rollouts
 from services.executor.store import TaskStore, tasks_stream
 from services.executor.transport import NatsTransport, Transport
@@ -50,6 +52,7 @@ class ExecutorService:
         self.store: TaskStore | None = None
         self.intake: Intake | None = None
         self.rollouts: Rollouts | None = None
+        self.pullers: list[RolloutPuller] = []  # started with the subscribers, drained with the endpoints
         self.cancels = Cancels()
         self._cancel_sub: Subscription | None = None
         self.router = NatsRouter()
@@ -92,6 +95,10 @@ class ExecutorService:
             self.store = TaskStore(broker.connection.jetstream(), self.names, self.settings.store)
             await self.store.ensure()
             self.intake = Intake(self.executor, self.store, self.settings.intake, self.cancels)
+        if broker is not None and self.settings.rollout_pull:
+            common = self.settings.common
+            self.pullers = [RolloutPuller(broker.connection, self.rollouts, prefix=common.subject_prefix,
+                                          calls=self.settings.calls, max_bytes=common.max_payload_bytes)]  # fmt: skip
         if broker is not None:  # (a test may start the service on a transport of its own, without a broker)
             subject = self.settings.common.subject_prefix + CANCEL.subject(tenant="*", task_id=">")
             self._cancel_sub = await broker.connection.subscribe(subject, cb=self.handle_cancel)
@@ -102,6 +109,7 @@ class ExecutorService:
                 await self._cancel_sub.unsubscribe()
             self._cancel_sub = None
         self.executor = self.intake = self.store = self.rollouts = None
+        self.pullers = []
 
     def tenant_of_solve(self) -> str | None:
         """The tenant of the solve being handled: its subject's last token, which only that tenant may publish on

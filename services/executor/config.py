@@ -139,6 +139,14 @@ class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True):
         bool,
         Env("CONDUCTOR_DURABLE", "Consume the JetStream task queue (needs a JetStream-enabled server)."),
     ] = True
+    rollout_pull: Annotated[
+        bool,
+        Env(
+            "CONDUCTOR_ROLLOUT_PULL",
+            "Pull rollouts from the work queue conductor.rollout.work.> by free capacity (needs a JetStream-enabled "
+            "server; the request/reply subject conductor.rollout is served either way).",
+        ),
+    ] = True
     checkpoint_request_reply: Annotated[
         bool,
         Env(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 
 import msgspec
 import structlog
@@ -139,25 +140,79 @@ def _unscored(res: SolveResult) -> ErrorInfo | None:
 
 
 class Rollouts:
-    """Runs batches on one executor; ``concurrency`` bounds the rollouts running at once across every batch this
-    replica serves, so several batches of one group share the pool's capacity instead of multiplying it."""
+    """Runs rollouts on one executor; ``capacity`` bounds the rollouts running at once across every batch and work
+    item this replica serves, so several batches of one group share the pool's capacity instead of multiplying it.
+
+    ``free`` is what a puller may fetch (services/executor/rollout_queue.py): the slots neither running nor
+    promised. A rollout counts from the moment its ``Claim`` is made — synchronously, before it waits for a slot —
+    so work already taken is never fetched for twice."""
 
     def __init__(self, executor: Executor, concurrency: int) -> None:
         self.executor = executor
+        self.capacity = concurrency
         self._slots = asyncio.Semaphore(concurrency)
+        self._held = 0
+        self._on_free: list[Callable[[], None]] = []
+
+    @property
+    def free(self) -> int:
+        return max(self.capacity - self._held, 0)
+
+    def when_free(self, notify: Callable[[], None]) -> None:
+        """Call ``notify`` whenever a claimed slot is given back."""
+        self._on_free.append(notify)
+
+    def claim(self) -> Claim:
+        self._held += 1
+        return Claim(self)
+
+    def _release(self) -> None:
+        self._held -= 1
+        for notify in self._on_free:
+            notify()
+
+    def check(self, r: Rollout) -> ErrorInfo | None:
+        """What a solve's checks or the recursion rules refuse in one rollout (its field named), if anything."""
+        ex = self.executor
+        return validate(as_request(r), ex.pool, ex.settings) or _recursion_error(r, ex.settings)
 
     async def run(self, batch: RolloutBatch) -> RolloutBatchResult:
         ex = self.executor
         if (error := validate_batch(batch, ex.pool, ex.settings)) is not None:
             return RolloutBatchResult(error=error)
-        results = await asyncio.gather(*(self._one(r) for r in batch.rollouts))
+        results = await asyncio.gather(*(self.one(r, self.claim()) for r in batch.rollouts))
         return RolloutBatchResult(results=list(results))
 
-    async def _one(self, r: Rollout) -> RolloutResult:
-        """A rollout that raises is one masked sample, not a failed batch: a bad rollout is data, not a crash."""
-        async with self._slots:
-            try:
-                return await score(self.executor, r)
-            except Exception as exc:
-                log.exception("rollout failed", rollout_id=r.id)
-                return RolloutResult(id=r.id, error=internal_error(exc), policy_version=r.policy_version)
+    async def one(self, r: Rollout, claim: Claim) -> RolloutResult:
+        async with claim:
+            return await self.score(r)
+
+    async def score(self, r: Rollout) -> RolloutResult:
+        """One rollout, its slot already held. A rollout that raises is one masked sample, not a failed batch: a bad
+        rollout is data, not a crash."""
+        try:
+            return await score(self.executor, r)
+        except Exception as exc:
+            log.exception("rollout failed", rollout_id=r.id)
+            return RolloutResult(id=r.id, error=internal_error(exc), policy_version=r.policy_version)
+
+
+class Claim:
+    """One rollout's place on a replica: counted from its making, run once a slot is free, given back on exit
+    (entered at most once; a claim never entered must still be entered, or the place leaks)."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: Rollouts) -> None:
+        self._owner = owner
+
+    async def __aenter__(self) -> None:
+        try:
+            await self._owner._slots.acquire()
+        except BaseException:  # cancelled while waiting for a slot: the place is given back
+            self._owner._release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._owner._slots.release()
+        self._owner._release()
