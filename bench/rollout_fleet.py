@@ -2,7 +2,8 @@
 
 A secured nats-server (each process connects as its own NATS user, as deployed), one process serving the
 worker-adapter and the verifier, executor replicas added as wanted (``add_executors``), each with its own
-metrics port, and the learner's own client path: ``RolloutClient`` over ``nats_transport``, connected as the
+metrics port, and the learner's own client path: ``RolloutClient`` over ``rollout_transport`` (rollouts pulled by
+the executors from the work queue, or batches by request/reply, as ``rollout.placement`` says), connected as the
 ``learner`` user. The workers are the sim family's five (tasks/data/sim_pool.toml) with a fixed latency per
 call, so a rollout of k chained steps takes about k times that; the rollouts are sim train questions (math and
 mcq: code would run programs in the sandbox) with parseable completions of chained steps.
@@ -21,7 +22,6 @@ import nats
 
 from bench.processes import Service, scrape
 from conductor.credentials import connection
-from conductor.endpoints import Requester
 from conductor.natsserver import NatsServer, free_port
 from conductor.pool import load_pool
 from conductor.settings import CommonSettings
@@ -29,7 +29,7 @@ from conductor.workflow import render_completion
 from schemas.plan import Workflow
 from schemas.rollout import Rollout
 from services.learner.config import RolloutSection
-from services.learner.rollouts import RolloutClient, nats_transport
+from services.learner.rollouts import RolloutClient, rollout_transport
 from tasks import sim
 
 SUBTASKS = (
@@ -130,7 +130,7 @@ class RolloutFleet:
         conn = connection(CommonSettings.from_env(self.nats.env()), "learner")
         nc = await nats.connect(conn.url, inbox_prefix=conn.inbox_prefix, name="fleet-learner")
         try:
-            yield RolloutClient(nats_transport(Requester(nc), ""), section)
+            yield RolloutClient(rollout_transport(nc, "", section), section)
         finally:
             await nc.close()
 

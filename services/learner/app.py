@@ -32,7 +32,6 @@ from nats.js.api import RetentionPolicy, StorageType
 
 from conductor.access import inbox_prefix
 from conductor.credentials import user_of
-from conductor.endpoints import Requester
 from conductor.kube import KubeError, api_client, roll_policy_server, wait_rolled
 from conductor.policy_versions import DEFAULT_MAX_BYTES, MAX_BYTES, VersionError
 from conductor.settings import CommonSettings, Count, Env, NonNegative, PositiveSeconds, SettingsError, read
@@ -46,7 +45,7 @@ from schemas.learner import (
 )
 from schemas.tasks import Names
 from services.learner.config import ConfigError, LearnerConfig, parse_config
-from services.learner.rollouts import RolloutClient, RolloutError, nats_transport
+from services.learner.rollouts import RolloutClient, RolloutError, rollout_transport
 from services.learner.versions import PolicyServerError, finished_policy, load_runtime_lora, publish_adapter
 from tasks.errors import TaskError
 
@@ -216,8 +215,8 @@ class LearnerService:
         try:
             config = self.placed(parse_config(job.config), job.output_dir)
             assert self._broker is not None
-            client = RolloutClient(nats_transport(Requester(self._broker.connection), self.common.subject_prefix),
-                                   config.rollout)  # fmt: skip
+            transport = rollout_transport(self._broker.connection, self.common.subject_prefix, config.rollout)
+            client = RolloutClient(transport, config.rollout)
 
             def score(rollouts):
                 return asyncio.run_coroutine_threadsafe(client.score(rollouts), loop).result()

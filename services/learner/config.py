@@ -194,7 +194,13 @@ class RecursionSection(_Section):
 
 
 class RolloutSection(_Section):
-    batch_size: Annotated[int, Meta(ge=1, le=256)] = 16  # rollouts per request: a group fans out over replicas
+    """How rollouts reach the executors (docs/learner.md, "Where rollouts run"). ``placement = "pull"``: each rollout
+    is a work item that an executor with a free slot fetches, so a step spreads over the replicas by free capacity
+    (falling back to ``"queue"`` where no executor declared the work queue); ``"queue"``: each batch is one request
+    that the queue group hands to a random replica, whatever its load."""
+
+    placement: Literal["pull", "queue"] = "pull"
+    batch_size: Annotated[int, Meta(ge=1, le=256)] = 16  # rollouts per request (pulled: awaited together)
     concurrency: Positive = 16  # requests in flight
     timeout_s: PositiveFloat = 300.0
     retries: Annotated[int, Meta(ge=0)] = 2  # retryable failures (no executor, overloaded) per request

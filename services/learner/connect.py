@@ -13,12 +13,11 @@ from collections.abc import Iterator
 import nats
 
 from conductor.credentials import connection
-from conductor.endpoints import Requester
 from conductor.settings import CommonSettings
 from services.learner.bridge import LoopThread
 from services.learner.config import LearnerConfig
 from services.learner.rewards import Scorer
-from services.learner.rollouts import RolloutClient, nats_transport
+from services.learner.rollouts import RolloutClient, rollout_transport
 
 
 @contextlib.contextmanager
@@ -26,7 +25,7 @@ def remote(loop: LoopThread, config: LearnerConfig, settings: CommonSettings) ->
     """Score over the deployment at ``settings.nats_url`` with its subject prefix."""
     conn = connection(settings, "learner")  # the learner's NATS user and inbox (conductor/access.py)
     nc = loop.run(nats.connect(conn.url, inbox_prefix=conn.inbox_prefix, name="conductor-learner"))
-    client = RolloutClient(nats_transport(Requester(nc), settings.subject_prefix), config.rollout)
+    client = RolloutClient(rollout_transport(nc, settings.subject_prefix, config.rollout), config.rollout)
     try:
         yield lambda rollouts: loop.run(client.score(rollouts))
     finally:

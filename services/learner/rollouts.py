@@ -1,8 +1,10 @@
-"""Rewards over NATS: the learner's client of the executor's rollout subject (schemas/rollout.py).
+"""Rewards over NATS: the learner's client of the executor's rollout subjects (schemas/rollout.py).
 
 A step's completions are split into batches of ``rollout.batch_size`` sent concurrently (at most
-``rollout.concurrency`` in flight), so a group of G completions fans out over the executor replicas of the queue
-group instead of queueing on one. Results come back in the order the rollouts were given.
+``rollout.concurrency`` in flight). How a batch reaches the executors is ``rollout.placement`` (``rollout_transport``):
+pulled, each rollout is a work item fetched by whichever replica has a free slot (services/learner/rollout_queue.py);
+placed, the batch is one request the queue group hands to a random replica. Results come back in the order the
+rollouts were given.
 
 Failures are classified once, here: a batch the executors answer with a retryable error (nobody serving the
 subject, overloaded, a timeout, its replica lost and no other reached within the failover window) is sent again up
@@ -17,11 +19,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+from nats.aio.client import Client
+
 from conductor.endpoints import Requester
 from conductor.liveness import CallPolicy
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.rollout import ROLLOUT, Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
 from services.learner.config import RolloutSection
+from services.learner.rollout_queue import QueueTransport
 
 Transport = Callable[[RolloutBatch, float], Awaitable[RolloutBatchResult]]
 """Sends one batch with a timeout and returns the typed reply (an error reply, never an exception, for a missing
@@ -52,6 +57,15 @@ def nats_transport(requester: Requester, prefix: str, policy: CallPolicy | None 
         return await requester.call(ROLLOUT, batch, prefix=prefix, timeout=timeout, policy=policy)
 
     return send
+
+
+def rollout_transport(nc: Client, prefix: str, section: RolloutSection, policy: CallPolicy | None = None) -> Transport:
+    """The transport ``section.placement`` names: ``pull`` — work items on the queue, batches by request/reply where
+    no executor declared it — or ``queue`` — batches by request/reply (``nats_transport``)."""
+    batches = nats_transport(Requester(nc), prefix, policy)
+    if section.placement == "queue":
+        return batches
+    return QueueTransport(nc, prefix, policy=policy, fallback=batches)
 
 
 def split(rollouts: Sequence[Rollout], size: int) -> list[list[Rollout]]:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import nats
 import pytest
 
 from bench.fakes import SkillScorer
 from conductor.endpoints import EndpointServer, Requester, serve
+from conductor.liveness import CallPolicy
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.rollout import ROLLOUT, Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
+from schemas.tasks import Names
 from schemas.verify import TextReference
 from services.learner.config import RolloutSection
-from services.learner.rollouts import RolloutClient, RolloutError, nats_transport
+from services.learner.rollouts import RolloutClient, RolloutError, nats_transport, rollout_transport
 from tasks import sim
 
 COMPLETION = 'Easy.\nmodel_id = [0]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
@@ -107,3 +110,50 @@ async def test_over_a_real_nats_server_with_a_fake_responder(nats_url: str, subj
         await nc.close()
     assert [r.id for r in results] == [f"r{i}" for i in range(7)]
     assert all(r.reward in (0.5, 1.0) for r in results)
+
+
+@pytest.mark.nats
+async def test_pulled_where_no_executor_declared_the_work_queue_the_batch_goes_by_request_reply(
+    nats_url: str, subject_prefix: str
+) -> None:
+    """The default placement against executors older than the work queue: nobody declared it, so each batch is sent
+    as one request, as before (backwards compatible; docs/learner.md)."""
+    from conductor.pool import load_pool
+
+    scorer = SkillScorer(load_pool(sim.pool_path()))
+    nc = await nats.connect(nats_url)
+    section = RolloutSection(batch_size=3, retries=0, timeout_s=10)
+    assert section.placement == "pull"
+    server = EndpointServer(nc, [serve(ROLLOUT, scorer.batch, prefix=subject_prefix, max_bytes=1 << 20)],
+                            concurrency=4, drain_timeout_s=1)  # fmt: skip
+    try:
+        await server.start()
+        results = await RolloutClient(rollout_transport(nc, subject_prefix, section), section).score(rollouts(5))
+        await server.stop()
+    finally:
+        await nc.close()
+    assert [r.id for r in results] == [f"r{i}" for i in range(5)] == [r.id for r in scorer.seen]
+
+
+@pytest.mark.nats
+async def test_pulled_with_nobody_fetching_is_a_retryable_unavailable(nats_url: str, subject_prefix: str) -> None:
+    """The work queue exists but no executor fetches from it (none running): after ``failover_s`` without a pull
+    request, an item in progress or a delivery, the batch is ``unavailable`` — not a wait for ``timeout_s``."""
+    from services.executor.config import CallSettings
+    from services.executor.rollout_queue import consumer_config, stream_config
+
+    nc = await nats.connect(nats_url)
+    names = Names.for_prefix(subject_prefix)
+    try:
+        await nc.jetstream().add_stream(stream_config(names, subject_prefix))
+        await nc.jetstream().add_consumer(names.rollouts_stream, consumer_config(CallSettings()))
+        section = RolloutSection(retries=0, timeout_s=60)
+        transport = rollout_transport(nc, subject_prefix, section, CallPolicy(beat_s=0.2, failover_s=1.0))
+        started = time.monotonic()
+        with pytest.raises(RolloutError) as err:
+            await RolloutClient(transport, section).score(rollouts(2))
+        waited = time.monotonic() - started
+    finally:
+        await nc.close()
+    assert err.value.info.code is ErrorCode.UNAVAILABLE and err.value.info.retryable
+    assert "no executor fetched rollouts" in err.value.info.message and waited < 5.0, waited
