@@ -14,17 +14,22 @@ concurrency 10,000 per worker (deployment-wide), the worker-adapter's 1,024 hand
 flight. The ideal is then replicas x SLOTS / (mean steps x LATENCY_S) rollouts/s.
 
 Two batch sizes, back to back at each replica count: the learner's default (``rollout.batch_size`` 16: 10 requests
-a round) and 2 (80 requests). The queue group hands each request to a random member whatever its load, and a batch
-that lands on a full replica waits for its slots while another may idle; a round ends when its busiest replica
-does. Printed per batch size and replica count: the rate, its ratio to one replica measured in the same run, its
-fraction of the ideal, the busiest replica's share of the round's steps (beside its mean under random placement of
-the same requests, simulated, and the even 1 / replicas: one round's luck is large at 10 requests), rollouts that
-came back unscored, and CPU ms per rollout by process. Printed, not asserted; the last line is one JSON object.
+a round) and 2 (80 requests). Placement is the learner's default, ``rollout.placement = "pull"`` (issue 18, item 8):
+each rollout is a work item that a replica fetches only when it has a free slot, so no replica idles while another
+has rollouts waiting. ``--placement queue`` measures the earlier path: the queue group hands each request to a
+random member whatever its load, a batch that lands on a full replica waits for its slots while another may idle,
+and a round ends when its busiest replica does. Printed per batch size and replica count: the rate, its ratio to
+one replica measured in the same run, its fraction of the ideal, the busiest replica's share of the round's steps
+(beside its mean under random placement of the same requests, simulated, and the even 1 / replicas: under random
+placement one round's luck is large at 10 requests), rollouts that came back unscored, and CPU ms per rollout by
+process. Printed, not asserted; the last line is one JSON object.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import heapq
 import json
 import random
 import statistics
@@ -62,15 +67,31 @@ class Round(msgspec.Struct, kw_only=True):
     wall_s: float
     busiest_share: float  # of the round's steps, by the busiest replica (even: 1 / replicas)
     expected_busiest_share: float  # the mean under random placement of these requests (simulated)
+    in_order_bound: float  # the best ratio vs 1 replica when rollouts start in the order sent (simulated)
     unscored: int  # rollouts that came back with reward None
     cpu_ms_per_rollout: dict[str, float]
 
 
-def expected_busiest(batch_size: int, replicas: int, trials: int = 4000) -> float:
+def in_order_bound(replicas: int, n: int) -> float:
+    """The best ratio to one replica any placement gets when rollouts start in the order they were sent, each as
+    soon as a slot anywhere is free (what pulling does): the rounds' makespans under that list schedule. A round
+    ends with its last rollouts, started near its end and up to ``max(STEPS)`` long: the shorter the round, the
+    further this falls below ``replicas``."""
+
+    def makespan(slots: int) -> float:
+        free = [0.0] * slots
+        for i in range(n):
+            heapq.heapreplace(free, free[0] + STEPS[i % len(STEPS)] * LATENCY_S)
+        return max(free)
+
+    return makespan(SLOTS) / makespan(replicas * SLOTS)
+
+
+def expected_busiest(batch_size: int, replicas: int, n: int, trials: int = 4000) -> float:
     """The busiest replica's mean share of the steps when each request goes to a uniformly random replica, as a
     NATS queue group sends it: what a round at this batch size should see, lucky or not."""
-    weights = [sum(STEPS[i % len(STEPS)] for i in range(b, min(b + batch_size, ROLLOUTS)))
-               for b in range(0, ROLLOUTS, batch_size)]  # fmt: skip
+    weights = [sum(STEPS[i % len(STEPS)] for i in range(b, min(b + batch_size, n)))
+               for b in range(0, n, batch_size)]  # fmt: skip
     rng, total, shares = random.Random(0), sum(weights), 0.0
     for _ in range(trials):
         load = [0] * replicas
@@ -90,10 +111,11 @@ def cpu(fleet: RolloutFleet) -> dict[str, float]:
     }
 
 
-async def measure(fleet: RolloutFleet, batch_size: int, replicas: int) -> Round:
+async def measure(fleet: RolloutFleet, batch_size: int, replicas: int, placement: str, n: int) -> Round:
     """One round: every batch sent at once (the learner's ``concurrency`` covers them all)."""
-    section = RolloutSection(batch_size=batch_size, concurrency=-(-ROLLOUTS // batch_size), timeout_s=300.0)
-    rollouts = sim_rollouts(ROLLOUTS, steps=STEPS, tag=f"x{replicas}-{batch_size}-")
+    section = RolloutSection(placement=placement, batch_size=batch_size, concurrency=-(-n // batch_size),
+                             timeout_s=300.0)  # fmt: skip
+    rollouts = sim_rollouts(n, steps=STEPS, tag=f"x{replicas}-{batch_size}-")
     steps0, cpu0 = [fleet.steps_done(i) for i in range(replicas)], cpu(fleet)
     async with fleet.learner(section) as client:
         started = time.perf_counter()
@@ -109,7 +131,8 @@ async def measure(fleet: RolloutFleet, batch_size: int, replicas: int) -> Round:
         fraction_of_ideal=round(rate * statistics.fmean(STEPS) * LATENCY_S / (replicas * SLOTS), 3),
         wall_s=round(wall, 1),
         busiest_share=round(max(steps) / sum(steps), 3),
-        expected_busiest_share=round(expected_busiest(batch_size, replicas), 3),
+        expected_busiest_share=round(expected_busiest(batch_size, replicas, n), 3),
+        in_order_bound=round(in_order_bound(replicas, n), 2),
         unscored=sum(r.reward is None for r in results),
         cpu_ms_per_rollout={k: round((cpu1[k] - cpu0[k]) * 1e3 / len(results), 2) for k in cpu0},
     )
@@ -118,11 +141,11 @@ async def measure(fleet: RolloutFleet, batch_size: int, replicas: int) -> Round:
 def line(r: Round) -> str:
     cpu_ms = " + ".join(f"{v:.1f}" for v in r.cpu_ms_per_rollout.values())
     return (f"{r.batch_size:>5} {r.replicas:>8} {r.rollouts_per_s:>10.2f} {r.ratio_vs_1:>7.2f} "
-            f"({1 / r.expected_busiest_share:.2f}) {r.fraction_of_ideal:>8.2f} {r.busiest_share:>9.2f} "
+            f"({1 / r.expected_busiest_share:.2f}, {r.in_order_bound:.2f}) {r.fraction_of_ideal:>8.2f} {r.busiest_share:>9.2f} "
             f"({r.expected_busiest_share:.2f}, {1 / r.replicas:.2f}) {r.unscored:>8}   {cpu_ms}")  # fmt: skip
 
 
-async def main() -> dict[str, object]:
+async def main(placement: str, n: int, batches: tuple[int, ...]) -> dict[str, object]:
     fleet = RolloutFleet(tempdir(), latency_s=LATENCY_S, worker_concurrency=10_000,
                          executor_env={"CONDUCTOR_INTAKE_CONCURRENCY": str(SLOTS)})  # fmt: skip
     rounds: list[Round] = []
@@ -131,28 +154,30 @@ async def main() -> dict[str, object]:
         for replicas in REPLICAS:
             fleet.add_executors(replicas - len(fleet.executors))
             if replicas == REPLICAS[0]:  # imports, connections, the verifier's first calls
-                async with fleet.learner(RolloutSection(batch_size=4)) as client:
+                async with fleet.learner(RolloutSection(placement=placement, batch_size=4)) as client:
                     await client.score(sim_rollouts(WARM_UP, steps=STEPS, tag="warm-"))
-            for batch_size in BATCHES:  # both sizes back to back, under the same load
-                rounds.append(await measure(fleet, batch_size, replicas))
+            for batch_size in batches:  # both sizes back to back, under the same load
+                rounds.append(await measure(fleet, batch_size, replicas, placement, n))
                 print(f"measured: batch {batch_size}, {replicas} executor(s), {rounds[-1].wall_s} s", flush=True)
     finally:
         fleet.stop()
     base = {r.batch_size: r.rollouts_per_s for r in rounds if r.replicas == REPLICAS[0]}
     for r in rounds:
         r.ratio_vs_1 = round(r.rollouts_per_s / base[r.batch_size], 2)
-    print(f"{ROLLOUTS} rollouts a round of {'/'.join(map(str, STEPS))} chained {LATENCY_S:g} s worker calls; {BOUND}")
-    print("(random): the mean under random placement of the same requests; vs 1 replica (random) = 1 / that share")
-    print("batch replicas rollouts/s  vs 1 replica  of ideal  busiest share unscored   CPU ms/rollout: executors + "
-          "worker-adapter/verifier + learner")
-    print("                          (random)               (random, even)")  # fmt: skip
+    print(f"{n} rollouts a round of {'/'.join(map(str, STEPS))} chained {LATENCY_S:g} s worker calls, placement "
+          f"{placement}; {BOUND}")  # fmt: skip
+    print("(random): the mean under random placement of the same requests; vs 1 replica (random) = 1 / that share; "
+          "(in order): the best vs 1 replica when rollouts start in the order sent")
+    print("batch replicas rollouts/s  vs 1 replica        of ideal  busiest share unscored   CPU ms/rollout: "
+          "executors + worker-adapter/verifier + learner")
+    print("                          (random, in order)            (random, even)")  # fmt: skip
     for r in sorted(rounds, key=lambda r: (-r.batch_size, r.replicas)):
         print(line(r))
     out: dict[str, object] = {
-        "bench": "rollout_scaling", "worker_latency_s": LATENCY_S, "steps": list(STEPS), "rollouts": ROLLOUTS,
+        "bench": "rollout_scaling", "placement": placement, "worker_latency_s": LATENCY_S, "steps": list(STEPS), "rollouts": n,
         "slots_per_executor": SLOTS, "bound": BOUND,
     }  # fmt: skip
-    for b in BATCHES:
+    for b in batches:
         mine = sorted((r for r in rounds if r.batch_size == b), key=lambda r: r.replicas)
         out[f"batch_{b}.rollouts_per_s"] = [r.rollouts_per_s for r in mine]
         out[f"batch_{b}.ratio_vs_1_replica"] = [r.ratio_vs_1 for r in mine]
@@ -160,9 +185,16 @@ async def main() -> dict[str, object]:
         out[f"batch_{b}.busiest_share"] = [r.busiest_share for r in mine]
         out[f"batch_{b}.expected_busiest_share"] = [r.expected_busiest_share for r in mine]
         out[f"batch_{b}.expected_ratio_random_placement"] = [round(1 / r.expected_busiest_share, 2) for r in mine]
+        out[f"batch_{b}.in_order_bound"] = [r.in_order_bound for r in mine]
     out["rounds"] = msgspec.to_builtins(rounds)
     return out
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main())))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--placement", choices=("pull", "queue"), default=RolloutSection().placement,
+                        help="how rollouts reach the executors (rollout.placement; default: the learner's)")
+    parser.add_argument("--rollouts", type=int, default=ROLLOUTS, help=f"rollouts a round (default {ROLLOUTS})")
+    parser.add_argument("--batch", type=int, action="append", help=f"a batch size to measure (default {BATCHES})")
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(main(args.placement, args.rollouts, tuple(args.batch or BATCHES)))))
