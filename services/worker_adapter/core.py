@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import msgspec
 import structlog
 
+from conductor.aio import answer_timeout
 from conductor.liveness import current_deadline, expired, remaining_s
 from conductor.pool import Pool, WorkerSpec
 from schemas.errors import ErrorCode, ErrorInfo
@@ -256,7 +257,10 @@ class WorkerAdapter:
                 )
             self._stats.provider_calls += 1
             try:
-                async with asyncio.timeout(params.timeout_s):
+                # Our loop's lateness does not count against the provider (conductor/aio.py): on a CPU-starved
+                # machine an answer that came in time waited to be read, and a retry would pay for it twice. The
+                # providers' SDK clients time out only after the longest wait (``longest_wait``), as a backstop.
+                async with answer_timeout(params.timeout_s):
                     done = await provider.complete(spec, messages, params)
             except TimeoutError as exc:
                 raise TransientProviderError(

@@ -7,7 +7,8 @@ had not recorded. That call may have finished, or still be running on some repli
 1. In this process, duplicates share one in-flight future.
 2. ``create`` a ``Running`` claim {owner, digest, lease_until}. Won: call the provider, renewing the lease every
    ``lease_s / 3`` while it runs; then write ``Finished`` with the reply (success), or delete the claim (failure)
-   so the next request re-runs it.
+   so the next request re-runs it. The call outlives a requester cancelled at its deadline: a try already sent is
+   paid for, so its reply is recorded for the redelivery rather than bought again.
 3. Lost: the key holds ``Finished`` -> return its reply with ``replayed=True``; it holds another owner's live
    ``Running`` -> watch the key until ``Finished`` (replay), deleted (try again) or the lease passes unrenewed
    (a crashed owner: take the claim over by compare-and-set, so exactly one waiter re-runs it).
@@ -144,7 +145,17 @@ class CallLedger:
         self.grace_s = grace_s
         self.settle_s = settle_s
         self._inflight: dict[str, asyncio.Future[WorkReply | None]] = {}
+        self._working: dict[str, asyncio.Task[WorkReply]] = {}  # owned calls running here, requested or not
         self._unsettled: set[str] = set()  # keys whose final write is still on its way
+
+    async def aclose(self, timeout_s: float = 1.0) -> None:
+        """Stopping: the calls still running for requesters who left are cancelled, which releases their claims
+        (behind, like any failure) for another replica to run them at once rather than after their leases."""
+        works = list(self._working.values())
+        for work in works:
+            work.cancel()
+        if works:
+            await asyncio.wait(works, timeout=timeout_s)
 
     async def run(self, req: WorkRequest, digest: str, compute: Compute) -> WorkReply:
         """The reply for this (task, round, step): a stored one, a running one's, or ``compute()``'s."""
@@ -208,15 +219,21 @@ class CallLedger:
                 return Bypass("this (task, round, step) was used for a different call")
             if isinstance(record, Finished):
                 return Replay(record.reply, waited)
+            if record.owner == self._owner and (work := self._working.get(key)) is not None:
+                # Our call, still running for a requester who left: wait for it here, not for its lease, which a
+                # starved loop may renew late. Then its record (or its release) is read again.
+                waited = True
+                await asyncio.wait({work})
+                continue
             if record.owner == self._owner and key not in self._unsettled:
-                if (taken := await self._take_over(key, digest, entry.revision)) is not None:
+                if (taken := await self._take_over(key, digest, entry.revision, "orphan")) is not None:
                     return taken  # our orphan: run() holds this key's future, so nobody here runs it
                 continue
             waited = True
             outcome = await self._wait(key, entry.revision, record)
             if isinstance(outcome, Finished):
                 return Replay(outcome.reply, waited)
-            if outcome is not None and (taken := await self._take_over(key, digest, outcome)) is not None:
+            if outcome is not None and (taken := await self._take_over(key, digest, outcome, "lapsed")) is not None:
                 return taken
 
     async def _wait(self, key: str, revision: int, record: Running) -> Finished | int | None:
@@ -245,16 +262,26 @@ class CallLedger:
             with contextlib.suppress(nats.errors.ConnectionClosedError):
                 await watcher.stop()
 
-    async def _take_over(self, key: str, digest: str, revision: int) -> Owned | None:
+    async def _take_over(self, key: str, digest: str, revision: int, why: str) -> Owned | None:
         try:
             owned = Owned(await self._kv.update(key, self._running(digest), last=revision))
         except js_errors.KeyWrongLastSequenceError:
             return None  # another waiter won, or the owner woke up: look again
         self._stats.takeovers += 1
-        log.warning("took over a call whose lease lapsed", key=key)
+        log.warning("took over a call claim", key=key, why=why)  # "lapsed": its lease; "orphan": our own
         return owned
 
     async def _run_owned(self, key: str, digest: str, lease: _Lease, compute: Compute) -> WorkReply:
+        """The claimed call, in a task of its own that a requester cancelled at its deadline leaves running: a try
+        already sent is paid for, so it finishes and its reply is recorded for the redelivery to replay instead of
+        being bought again (found by the chaos suite beside a CPU hog, where answers waited in a starved loop
+        past the deadline). No new try starts after the deadline (core.py), so it ends within a try of it."""
+        work = asyncio.create_task(self._call_owned(key, digest, lease, compute))
+        self._working[key] = work
+        work.add_done_callback(lambda _: self._working.pop(key) if self._working.get(key) is work else None)
+        return await asyncio.shield(work)
+
+    async def _call_owned(self, key: str, digest: str, lease: _Lease, compute: Compute) -> WorkReply:
         renewal = asyncio.create_task(self._renew(key, digest, lease))
         reply = None
         try:

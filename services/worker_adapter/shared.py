@@ -45,7 +45,10 @@ class Shared:
         self.cache = cache
 
     async def aclose(self, drain_s: float = 2.0) -> None:
-        """Return slots and finish pending writes; bounded, because on shutdown the connection may be gone."""
+        """End calls left running, return slots and finish pending writes; bounded, because on shutdown the
+        connection may be gone."""
+        if self.ledger is not None:
+            await self.ledger.aclose()
         await self.gate.aclose()
         await self.writes.drain(drain_s)
 

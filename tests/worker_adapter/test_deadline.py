@@ -47,3 +47,15 @@ async def test_a_call_waiting_for_a_slot_past_the_deadline_is_not_made():
     assert (await first).error is None
     assert late.error is not None and not late.error.retryable and "deadline" in late.error.message
     assert len(provider.calls) == 1 and late.usage.calls == 0
+
+
+async def test_an_answer_that_came_in_time_is_not_bought_again_on_a_starved_loop():
+    """Found by the chaos suite beside a CPU hog (issue 19): the provider answered within the worker's timeout, but
+    the worker-adapter's loop was too busy to read the answer before its own timer came round; the try counted as
+    timed out and the retry paid the provider a second time. Failed before: two provider calls, ``faults`` timeout."""
+    provider = Scripted([], hold_s=0.05)  # answers 50 ms after the call
+    adapter, _ = _adapter(provider, timeout_s=0.2)
+    asyncio.get_running_loop().call_later(0.01, time.sleep, 0.5)  # then the loop is starved for 0.5 s
+    reply = await adapter.call(WorkRequest(worker="w", messages=HELLO))
+    assert reply.error is None and reply.attempts == 1 and reply.faults == {}
+    assert len(provider.calls) == 1

@@ -233,6 +233,44 @@ async def test_our_own_orphaned_claim_is_taken_over_at_once(nats_url, subject_pr
         assert reply.error is None and time.monotonic() - start < 0.5 and provider.calls == 1
 
 
+async def test_a_try_in_flight_at_the_requesters_deadline_is_recorded_not_bought_again(nats_url, subject_prefix):
+    """Found by the chaos suite beside a CPU hog (issue 19): the server cancels a request at its requester's
+    deadline (conductor/liveness.py), and a try already sent, whose answer was waiting in a starved loop, was
+    cancelled with it and its claim released, so the task's redelivery paid for the call again. Failed before: two
+    provider calls. Now the try finishes, its reply is recorded, and the redelivery replays it."""
+    provider = Counting()
+    provider.gate.clear()
+    req = _req(task_id="t-deadline")
+    async with replicas(nats_url, subject_prefix, provider, _pool(), n=1) as (a,):
+        first = asyncio.create_task(a.adapter.call(req))
+        await provider.started.wait()
+        first.cancel()  # what the server's watch does at the deadline
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        redelivered = asyncio.create_task(a.adapter.call(req))
+        await asyncio.sleep(0.2)
+        assert not redelivered.done() and a.adapter.stats().takeovers == 0  # it waits for the call still running
+        provider.gate.set()  # the answer arrives
+        again = await redelivered
+        assert provider.calls == 1 and again.replayed and again.error is None and again.text == "answer #1"
+
+
+async def test_stopping_releases_a_call_whose_requester_left(nats_url, subject_prefix):
+    """A call left running for a requester cancelled at its deadline is cancelled when the replica stops, and its
+    claim released, so another replica runs it at once instead of after its lease."""
+    provider = Counting()
+    provider.gate.clear()
+    req = _req(task_id="t-stop")
+    async with replicas(nats_url, subject_prefix, provider, _pool(), n=1) as (a,):
+        first = asyncio.create_task(a.adapter.call(req))
+        await provider.started.wait()
+        first.cancel()
+        await a.shared.aclose()
+        _, kv = await _kv_of(a, Buckets.for_prefix(subject_prefix).calls)
+        with pytest.raises(nats.js.errors.KeyNotFoundError):
+            await kv.get(call_key(req))
+
+
 async def test_without_the_ledger_nothing_is_called(nats_url, subject_prefix):
     """JetStream gone: a retryable ``unavailable`` at once, no provider call (the executor's retry is safe)."""
     provider = Counting()

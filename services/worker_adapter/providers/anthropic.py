@@ -19,6 +19,7 @@ from typing import Any
 
 import anthropic
 
+from conductor.aio import longest_wait
 from conductor.pool import WorkerSpec
 from schemas.work import ChatMessage, FaultReason
 from services.worker_adapter.provider import (
@@ -66,7 +67,7 @@ class AnthropicProvider:
         try:
             with sdk_errors(anthropic, params.timeout_s):
                 resp = await client.messages.create(
-                    **request_body(spec, messages, params), timeout=params.timeout_s
+                    **request_body(spec, messages, params), timeout=longest_wait(params.timeout_s)
                 )
         except anthropic.AnthropicError as exc:  # unusable response or credentials: replaying will not fix it
             reason = (

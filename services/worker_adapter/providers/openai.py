@@ -22,6 +22,7 @@ import msgspec
 import openai
 import structlog
 
+from conductor.aio import longest_wait
 from conductor.openai_errors import (
     ContextLimit,
     context_limit,
@@ -155,7 +156,7 @@ class OpenAIProvider:
         with sdk_errors(openai, params.timeout_s):
             try:
                 return await client.chat.completions.create(
-                    **request_body(spec, messages, params), timeout=params.timeout_s
+                    **request_body(spec, messages, params), timeout=longest_wait(params.timeout_s)
                 )
             except openai.BadRequestError as exc:
                 said = server_message(exc.body, exc.message)
