@@ -6,7 +6,9 @@ with a latency), and
 fails with probability FAULT_RATE, split evenly between 429 (with ``retry-after-ms``), 500 and a timeout (the
 response is held longer than any client waits). Successful answers are counted per conversation (a hash of the
 messages): a conversation answered twice is a *re-executed* worker call. GET /stats returns the counts as JSON,
-with the calls in flight right now and the wall-clock time the latest call arrived (abandoned-work checks).
+with the calls in flight right now, the wall-clock time the latest call arrived (abandoned-work checks) and, for
+each re-executed call, every request of its conversation (arrival time, outcome, seconds to answer): the trace that
+tells a retry after our own timeout from a redelivery or a lease taken over.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import hashlib
 import json
 import random
+import re
 import sys
 import time
 from collections import Counter
@@ -31,8 +34,10 @@ class FaultServer:
         self.rng = random.Random(seed)
         self.answered: Counter[str] = Counter()
         self.first_answered_at: dict[str, float] = {}  # wall clock, per conversation
+        self.trail: dict[str, list[tuple[float, str, float]]] = {}  # per conversation: (arrived, outcome, took_s)
         self.faults: Counter[str] = Counter()
         self.requests = 0
+        self.topic: dict[str, str] = {}  # per conversation: the task it belongs to ("Task 17")
 
     def stats(self) -> dict[str, object]:
         return {
@@ -46,6 +51,9 @@ class FaultServer:
             # first answer was lost with a process killed around then
             "reexecuted_first_at": [self.first_answered_at[k] for k, n in self.answered.items() if n > 1],
             "last_request_at": self.last_request_at,
+            "reexecuted_trails": [
+                {"task": self.topic.get(k, ""), "requests": self.trail[k]} for k, n in self.answered.items() if n > 1
+            ],
         }
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -83,6 +91,15 @@ class FaultServer:
             self.in_flight -= 1
 
     async def complete(self, req: dict) -> tuple[str, dict[str, str], dict]:
+        key = hashlib.sha256(json.dumps(req["messages"], sort_keys=True).encode()).hexdigest()
+        arrived = time.time()
+        status, extra, payload = await self._outcome(key, req)
+        if key not in self.topic and (named := re.search(r"Task \d+", json.dumps(req["messages"]))) is not None:
+            self.topic[key] = named.group()
+        self.trail.setdefault(key, []).append((round(arrived, 3), status[:3], round(time.time() - arrived, 3)))
+        return status, extra, payload
+
+    async def _outcome(self, key: str, req: dict) -> tuple[str, dict[str, str], dict]:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         roll = self.rng.random()
@@ -96,7 +113,6 @@ class FaultServer:
             self.faults["timeout"] += 1
             await asyncio.sleep(HOLD_S)
             return "504 Gateway Timeout", {}, {"error": {"message": "held"}}
-        key = hashlib.sha256(json.dumps(req["messages"], sort_keys=True).encode()).hexdigest()
         self.answered[key] += 1
         self.first_answered_at.setdefault(key, time.time())
         text = f"Worked it out. Final answer: {key[:6]}"

@@ -3,13 +3,16 @@ durable submissions, and an audit of what came out.
 
 ``run_chaos`` submits tasks to the JetStream queue, SIGKILLs the executor and restarts nats-server at fixed points
 of progress, then checks that every task has exactly one final result, that no result event was published twice,
-and how many worker calls the provider answered twice.
+and how many worker calls the provider answered twice. With ``cpu_hogs`` it does all that beside busy loops on
+that many cores (cpu_hog.py) and records the highest 1-minute load average it saw.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -26,6 +29,7 @@ from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
 from schemas.solve import SolveRequest, SolveResult
 from schemas.tasks import Names
+from tests.chaos.cpu_hog import cpu_hog
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,6 +48,9 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     metrics: dict[str, float] = {}  # sums scraped from the services' /metrics at the end, some also per label
     wall_s: float = 0.0
     tasks_per_s: float = 0.0
+    cpu_hogs: int = 0  # busy-loop processes beside the run
+    events: list[tuple[float, str]] = []  # (unix time, "kill" or "restart"): to match re-executed calls' trails
+    load_avg_max: float = 0.0  # the highest 1-minute load average seen while tasks ran
 
 
 def pool_file(
@@ -109,6 +116,19 @@ async def run_chaos(
     nats_restarts: int,
     fault_rate: float,
     timeout_s: float,
+    cpu_hogs: int = 0,
+) -> ChaosReport:
+    with cpu_hog(cpu_hogs) if cpu_hogs else contextlib.nullcontext():
+        report = await _run_chaos(
+            tmp, tasks=tasks, executor_kills=executor_kills, nats_restarts=nats_restarts, fault_rate=fault_rate,
+            timeout_s=timeout_s,
+        )  # fmt: skip
+    report.cpu_hogs = cpu_hogs
+    return report
+
+
+async def _run_chaos(
+    tmp: Path, *, tasks: int, executor_kills: int, nats_restarts: int, fault_rate: float, timeout_s: float
 ) -> ChaosReport:
     nats_server = NatsServer(port=free_port(), store_dir=tmp / "jetstream")
     nats_server.start()
@@ -122,7 +142,8 @@ async def run_chaos(
     env = {
         "NATS_URL": nats_server.url,
         "CONDUCTOR_POOL": str(pool_file(tmp, fault_port)),
-        "CONDUCTOR_LOG_LEVEL": "WARNING",
+        # CONDUCTOR_CHAOS_LOG_LEVEL=INFO logs every worker call and retry: the trail of a re-executed call
+        "CONDUCTOR_LOG_LEVEL": os.environ.get("CONDUCTOR_CHAOS_LOG_LEVEL", "WARNING"),
         "CONDUCTOR_ACK_WAIT_S": "3",
         "CONDUCTOR_REDELIVERY_BACKOFF_BASE_S": "0.2",
         "CONDUCTOR_RETRY_BACKOFF_BASE_S": "0.2",
@@ -152,10 +173,12 @@ async def run_chaos(
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             done = await _results_so_far(nats_server.url, names)
+            report.load_avg_max = max(report.load_avg_max, os.getloadavg()[0])
             if done >= tasks:
                 break
             while plan and done >= plan[0][0]:
                 _, action = plan.pop(0)
+                report.events.append((time.time(), action))
                 if action == "kill":
                     executor.kill()
                     report.executor_kills += 1
