@@ -74,8 +74,10 @@ test-learn: $(STAMP)
 bench: $(STAMP)
 	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
+# The linter and the formatter, both enforced (tests/conductor/test_style.py runs the same two checks in `make test`).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 asyncapi: $(STAMP)
 	$(BIN)/conductor asyncapi -o docs/asyncapi.json

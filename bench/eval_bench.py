@@ -37,7 +37,7 @@ def slow_pool(tmp: Path) -> Path:
     text = sim.pool_path().read_text(encoding="utf-8")
     text = re.sub(r"(?m)^latency_s = .*$", f"latency_s = {LATENCY_S}", text)
     text = re.sub(r"(?m)^latency_jitter_s = .*$", "latency_jitter_s = 0.0", text)
-    text = re.sub(r'(?m)^dataset = .*$', f'dataset = "{sim.dataset_path()}"', text)
+    text = re.sub(r"(?m)^dataset = .*$", f'dataset = "{sim.dataset_path()}"', text)
     text = re.sub(r"(?m)^concurrency = .*$", "concurrency = 1024", text)
     path = tmp / "pool.toml"
     path.write_text(text)
@@ -98,7 +98,11 @@ async def measure(url: str, tmp: Path) -> dict[str, float]:
 async def main() -> dict[str, object]:
     tmp = tempdir()
     pool = slow_pool(tmp)
-    result: dict[str, object] = {"bench": "eval", "worker_latency_s": LATENCY_S, "strategy": "single:sim-frontier"}
+    result: dict[str, object] = {
+        "bench": "eval",
+        "worker_latency_s": LATENCY_S,
+        "strategy": "single:sim-frontier",
+    }
     with NatsServer() as server:
         procs = Processes()
         try:

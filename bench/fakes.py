@@ -37,16 +37,22 @@ class SkillScorer:
         if not len(wf):
             return RolloutResult(id=r.id, reward=0.75, parsed=True, handback=True, answer="kept")
         steps = [
-            StepRecord(index=i, model_id=m, worker=r.pool[m], subtask=t, access=a, usage=Usage(cost_usd=0.001))
+            StepRecord(
+                index=i, model_id=m, worker=r.pool[m], subtask=t, access=a, usage=Usage(cost_usd=0.001)
+            )
             for i, (m, t, a) in enumerate(zip(wf.model_id, wf.subtasks, wf.access_list, strict=True))
         ]
         spec = self.pool.get(steps[-1].worker).sim
         skill = spec.skill.get(r.domain or "", spec.default_skill) if spec else 0.5
         correct = self.rng.random() < skill
         return RolloutResult(
-            id=r.id, reward=1.0 if correct else 0.5, parsed=True, answer="right" if correct else "wrong",
-            steps=steps, usage=Usage(cost_usd=0.001 * len(steps), calls=len(steps)),
-        )  # fmt: skip
+            id=r.id,
+            reward=1.0 if correct else 0.5,
+            parsed=True,
+            answer="right" if correct else "wrong",
+            steps=steps,
+            usage=Usage(cost_usd=0.001 * len(steps), calls=len(steps)),
+        )
 
     async def batch(self, batch: RolloutBatch) -> RolloutBatchResult:
         """The same, as the rollout subject's handler (for a fake responder on a real nats-server)."""

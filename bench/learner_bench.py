@@ -37,14 +37,21 @@ SKIP = 2  # warm-up steps left out of the medians
 
 def run(config, model: Path, score, out: Path) -> list[dict]:
     mix, pool = shares(config, "train"), load_run_pool(config)
-    grpo_stage(config, model, mix, pool, ConductorReward(score, config), out, resume=False, note=lambda *_: None)
+    grpo_stage(
+        config, model, mix, pool, ConductorReward(score, config), out, resume=False, note=lambda *_: None
+    )
     return [line for line in read_lines(out / "metrics.jsonl") if line["stage"] == "grpo"][SKIP:]
 
 
 def summary(name: str, lines: list[dict]) -> dict[str, float]:
-    med = {k: statistics.median(line[k] for line in lines) for k in ("step_s", "generation_s", "rollout_s", "update_s")}
-    print(f"{name:>10}: step {med['step_s']:.3f} s = generation {med['generation_s']:.3f} + rollout "
-          f"{med['rollout_s']:.3f} + update {med['update_s']:.3f} (median of {len(lines)} steps)")  # fmt: skip
+    med = {
+        k: statistics.median(line[k] for line in lines)
+        for k in ("step_s", "generation_s", "rollout_s", "update_s")
+    }
+    print(
+        f"{name:>10}: step {med['step_s']:.3f} s = generation {med['generation_s']:.3f} + rollout "
+        f"{med['rollout_s']:.3f} + update {med['update_s']:.3f} (median of {len(lines)} steps)"
+    )
     return med
 
 
@@ -63,17 +70,21 @@ def main() -> None:
         model = policy.prepare_base(config, train)
         rows = coldstart.synthetic_rows(train, pool, config, 1000)
         model = coldstart.sft(config, model, rows, root / "sft", epochs=1.0)
-        print(f"tiny model cold-started in {time.perf_counter() - started:.0f} s; {STEPS} GRPO steps each, "
-              f"{config.step_batch} completions per step")  # fmt: skip
+        print(
+            f"tiny model cold-started in {time.perf_counter() - started:.0f} s; {STEPS} GRPO steps each, "
+            f"{config.step_batch} completions per step"
+        )
         local = run(config, model, SkillScorer(pool), root / "inproc")
         with LoopThread() as loop, local_rollouts(loop, config) as score:
             remote = run(config, model, score, root / "nats")
         a, b = summary("in-process", local), summary("nats", remote)
         # The two runs sample different completions (their policies drift apart) on a shared CPU, so the step
         # difference carries generation/update noise; the reward call's own difference is the NATS path's cost.
-        print(f"step time, nats vs in-process: {b['step_s'] - a['step_s']:+.3f} s ({(b['step_s'] - a['step_s']) / a['step_s']:+.1%}); "
-              f"reward call: {b['rollout_s']:.3f} s vs {a['rollout_s']:.3f} s, overhead "
-              f"{(b['rollout_s'] - a['rollout_s']) / a['step_s']:+.1%} of an in-process step")  # fmt: skip
+        print(
+            f"step time, nats vs in-process: {b['step_s'] - a['step_s']:+.3f} s ({(b['step_s'] - a['step_s']) / a['step_s']:+.1%}); "
+            f"reward call: {b['rollout_s']:.3f} s vs {a['rollout_s']:.3f} s, overhead "
+            f"{(b['rollout_s'] - a['rollout_s']) / a['step_s']:+.1%} of an in-process step"
+        )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ async def _run(req: Requester, *, live: bool) -> tuple[float, float]:
     async def one() -> None:
         async with sem:
             if live:
-                await req.request("bench.echo", b"x" * 200, timeout=30, beat_s=2.0, misses=3,
-                                  deadline=time.time() + 30)  # fmt: skip
+                await req.request(
+                    "bench.echo", b"x" * 200, timeout=30, beat_s=2.0, misses=3, deadline=time.time() + 30
+                )
             else:
                 await req.request("bench.echo", b"x" * 200, timeout=30)
 
@@ -59,12 +60,18 @@ async def main() -> None:
         await nc.close()
         await serving.close()
     best = {k: (max(r for r, _ in v), min(c for _, c in v)) for k, v in results.items()}
-    print(json.dumps({
-        "plain_req_per_s": round(best["plain"][0]), "live_req_per_s": round(best["live"][0]),
-        "plain_cpu_us": round(best["plain"][1], 1), "live_cpu_us": round(best["live"][1], 1),
-        "throughput_ratio": round(best["live"][0] / best["plain"][0], 3),
-        "cpu_ratio": round(best["live"][1] / best["plain"][1], 3),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "plain_req_per_s": round(best["plain"][0]),
+                "live_req_per_s": round(best["live"][0]),
+                "plain_cpu_us": round(best["plain"][1], 1),
+                "live_cpu_us": round(best["live"][1], 1),
+                "throughput_ratio": round(best["live"][0] / best["plain"][0], 3),
+                "cpu_ratio": round(best["live"][1] / best["plain"][1], 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

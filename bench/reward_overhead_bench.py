@@ -83,13 +83,17 @@ async def timed(score, rollouts) -> tuple[float, list[RolloutResult]]:
 
 
 async def in_process(env: dict[str, str], rounds: list[list]) -> list[float]:
-    workers = WorkerAdapterService(WorkerAdapterSettings.from_env({**env, "CONDUCTOR_WORKER_SHARED": "false"}))
+    workers = WorkerAdapterService(
+        WorkerAdapterSettings.from_env({**env, "CONDUCTOR_WORKER_SHARED": "false"})
+    )
     verifier = VerifierService(VerifierSettings.from_env(env))
     await workers.start(None)  # type: ignore[arg-type]  # not shared: no connection needed
     await verifier.start(None)  # type: ignore[arg-type]
     settings = ExecutorSettings.from_env({**env, "CONDUCTOR_DURABLE": "false"})
-    rollouts = Rollouts(Executor(load_pool(Path(env["CONDUCTOR_POOL"])), settings, InProcess(workers, verifier)),
-                        concurrency=ROLLOUTS)  # fmt: skip
+    rollouts = Rollouts(
+        Executor(load_pool(Path(env["CONDUCTOR_POOL"])), settings, InProcess(workers, verifier)),
+        concurrency=ROLLOUTS,
+    )
 
     async def score(batch):
         replies = await asyncio.gather(*(rollouts.run(RolloutBatch(rollouts=b)) for b in split(batch, BATCH)))
@@ -117,7 +121,9 @@ async def over_nats(env: dict[str, str], rounds: list[list], placement: str) -> 
             walls = []
             for rs in rounds:
                 wall, results = await timed(client.score, rs)
-                assert all(r.reward is not None for r in results), f"a rollout went unscored over NATS ({placement})"
+                assert all(r.reward is not None for r in results), (
+                    f"a rollout went unscored over NATS ({placement})"
+                )
                 walls.append(wall)
             return walls
         finally:
@@ -132,22 +138,38 @@ async def main() -> dict[str, object]:
     rounds = [warm] + [sim_rollouts(ROLLOUTS, tag=f"r{k}-", seed=k) for k in range(ROUNDS)]
     figures: dict[str, list[float]] = {}
     with NatsServer() as server:
-        env = {"NATS_URL": server.url, "CONDUCTOR_POOL": str(pool), "CONDUCTOR_LOG_LEVEL": "WARNING",
-               "CONDUCTOR_METRICS_PORT": "off", "CONDUCTOR_DURABLE": "0"}  # fmt: skip
+        env = {
+            "NATS_URL": server.url,
+            "CONDUCTOR_POOL": str(pool),
+            "CONDUCTOR_LOG_LEVEL": "WARNING",
+            "CONDUCTOR_METRICS_PORT": "off",
+            "CONDUCTOR_DURABLE": "0",
+        }
         figures["in process"] = (await in_process(env, rounds))[1:]  # the first round warms up
         for placement in ("pull", "queue"):
             prefixed = {**env, "CONDUCTOR_SUBJECT_PREFIX": f"bench{placement}."}
             figures[f"NATS, {placement}"] = (await over_nats(prefixed, rounds, placement))[1:]
     base = statistics.median(figures["in process"])
-    print(f"{ROLLOUTS} rollouts a round (1-3 chained steps, instant sim workers, real verification), batches of "
-          f"{BATCH} sent at once; median of {ROUNDS} rounds after a warm-up")
+    print(
+        f"{ROLLOUTS} rollouts a round (1-3 chained steps, instant sim workers, real verification), batches of "
+        f"{BATCH} sent at once; median of {ROUNDS} rounds after a warm-up"
+    )
     print("path              s/round   ms/rollout   vs in process")
-    out: dict[str, object] = {"bench": "reward_overhead", "rollouts": ROLLOUTS, "rounds": ROUNDS, "batch_size": BATCH}
+    out: dict[str, object] = {
+        "bench": "reward_overhead",
+        "rollouts": ROLLOUTS,
+        "rounds": ROUNDS,
+        "batch_size": BATCH,
+    }
     for name, walls in figures.items():
         median = statistics.median(walls)
         print(f"{name:<16} {median:>8.3f} {median * 1e3 / ROLLOUTS:>12.2f} {median / base:>15.2f}")
-        out[name] = {"wall_s": [round(w, 3) for w in walls], "median_s": round(median, 3),
-                     "ms_per_rollout": round(median * 1e3 / ROLLOUTS, 3), "ratio_vs_in_process": round(median / base, 2)}  # fmt: skip
+        out[name] = {
+            "wall_s": [round(w, 3) for w in walls],
+            "median_s": round(median, 3),
+            "ms_per_rollout": round(median * 1e3 / ROLLOUTS, 3),
+            "ratio_vs_in_process": round(median / base, 2),
+        }
     return out
 
 

@@ -71,16 +71,31 @@ def sim_rollouts(n: int, *, steps: Sequence[int] = (1, 2, 3), tag: str = "r", se
     for i in range(n):
         p, k = picked[i % len(picked)], steps[i % len(steps)]
         completion = render_completion(f"A {k}-step chain.", chain(k, i, len(names)))
-        out.append(Rollout(id=f"{tag}{i}", question=p.question, pool=names, completion=completion,
-                           reference=p.reference, domain=p.domain, policy_version="fleet@0"))  # fmt: skip
+        out.append(
+            Rollout(
+                id=f"{tag}{i}",
+                question=p.question,
+                pool=names,
+                completion=completion,
+                reference=p.reference,
+                domain=p.domain,
+                policy_version="fleet@0",
+            )
+        )
     return out
 
 
 class RolloutFleet:
     """The processes, started by ``start`` and ``add_executors``, all stopped by ``stop``."""
 
-    def __init__(self, tmp: Path, *, latency_s: float, worker_concurrency: int = 10_000,
-                 executor_env: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        latency_s: float,
+        worker_concurrency: int = 10_000,
+        executor_env: Mapping[str, str] | None = None,
+    ) -> None:
         self.tmp = tmp
         self.nats = NatsServer.secured(port=free_port(), store_dir=tmp / "jetstream")
         self.latency_s = latency_s

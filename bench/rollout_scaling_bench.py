@@ -90,8 +90,9 @@ def in_order_bound(replicas: int, n: int) -> float:
 def expected_busiest(batch_size: int, replicas: int, n: int, trials: int = 4000) -> float:
     """The busiest replica's mean share of the steps when each request goes to a uniformly random replica, as a
     NATS queue group sends it: what a round at this batch size should see, lucky or not."""
-    weights = [sum(STEPS[i % len(STEPS)] for i in range(b, min(b + batch_size, n)))
-               for b in range(0, n, batch_size)]  # fmt: skip
+    weights = [
+        sum(STEPS[i % len(STEPS)] for i in range(b, min(b + batch_size, n))) for b in range(0, n, batch_size)
+    ]
     rng, total, shares = random.Random(0), sum(weights), 0.0
     for _ in range(trials):
         load = [0] * replicas
@@ -113,8 +114,9 @@ def cpu(fleet: RolloutFleet) -> dict[str, float]:
 
 async def measure(fleet: RolloutFleet, batch_size: int, replicas: int, placement: str, n: int) -> Round:
     """One round: every batch sent at once (the learner's ``concurrency`` covers them all)."""
-    section = RolloutSection(placement=placement, batch_size=batch_size, concurrency=-(-n // batch_size),
-                             timeout_s=300.0)  # fmt: skip
+    section = RolloutSection(
+        placement=placement, batch_size=batch_size, concurrency=-(-n // batch_size), timeout_s=300.0
+    )
     rollouts = sim_rollouts(n, steps=STEPS, tag=f"x{replicas}-{batch_size}-")
     steps0, cpu0 = [fleet.steps_done(i) for i in range(replicas)], cpu(fleet)
     async with fleet.learner(section) as client:
@@ -140,14 +142,20 @@ async def measure(fleet: RolloutFleet, batch_size: int, replicas: int, placement
 
 def line(r: Round) -> str:
     cpu_ms = " + ".join(f"{v:.1f}" for v in r.cpu_ms_per_rollout.values())
-    return (f"{r.batch_size:>5} {r.replicas:>8} {r.rollouts_per_s:>10.2f} {r.ratio_vs_1:>7.2f} "
-            f"({1 / r.expected_busiest_share:.2f}, {r.in_order_bound:.2f}) {r.fraction_of_ideal:>8.2f} {r.busiest_share:>9.2f} "
-            f"({r.expected_busiest_share:.2f}, {1 / r.replicas:.2f}) {r.unscored:>8}   {cpu_ms}")  # fmt: skip
+    return (
+        f"{r.batch_size:>5} {r.replicas:>8} {r.rollouts_per_s:>10.2f} {r.ratio_vs_1:>7.2f} "
+        f"({1 / r.expected_busiest_share:.2f}, {r.in_order_bound:.2f}) {r.fraction_of_ideal:>8.2f} {r.busiest_share:>9.2f} "
+        f"({r.expected_busiest_share:.2f}, {1 / r.replicas:.2f}) {r.unscored:>8}   {cpu_ms}"
+    )
 
 
 async def main(placement: str, n: int, batches: tuple[int, ...]) -> dict[str, object]:
-    fleet = RolloutFleet(tempdir(), latency_s=LATENCY_S, worker_concurrency=10_000,
-                         executor_env={"CONDUCTOR_INTAKE_CONCURRENCY": str(SLOTS)})  # fmt: skip
+    fleet = RolloutFleet(
+        tempdir(),
+        latency_s=LATENCY_S,
+        worker_concurrency=10_000,
+        executor_env={"CONDUCTOR_INTAKE_CONCURRENCY": str(SLOTS)},
+    )
     rounds: list[Round] = []
     try:
         fleet.start()
@@ -158,25 +166,38 @@ async def main(placement: str, n: int, batches: tuple[int, ...]) -> dict[str, ob
                     await client.score(sim_rollouts(WARM_UP, steps=STEPS, tag="warm-"))
             for batch_size in batches:  # both sizes back to back, under the same load
                 rounds.append(await measure(fleet, batch_size, replicas, placement, n))
-                print(f"measured: batch {batch_size}, {replicas} executor(s), {rounds[-1].wall_s} s", flush=True)
+                print(
+                    f"measured: batch {batch_size}, {replicas} executor(s), {rounds[-1].wall_s} s", flush=True
+                )
     finally:
         fleet.stop()
     base = {r.batch_size: r.rollouts_per_s for r in rounds if r.replicas == REPLICAS[0]}
     for r in rounds:
         r.ratio_vs_1 = round(r.rollouts_per_s / base[r.batch_size], 2)
-    print(f"{n} rollouts a round of {'/'.join(map(str, STEPS))} chained {LATENCY_S:g} s worker calls, placement "
-          f"{placement}; {BOUND}")  # fmt: skip
-    print("(random): the mean under random placement of the same requests; vs 1 replica (random) = 1 / that share; "
-          "(in order): the best vs 1 replica when rollouts start in the order sent")
-    print("batch replicas rollouts/s  vs 1 replica        of ideal  busiest share unscored   CPU ms/rollout: "
-          "executors + worker-adapter/verifier + learner")
-    print("                          (random, in order)            (random, even)")  # fmt: skip
+    print(
+        f"{n} rollouts a round of {'/'.join(map(str, STEPS))} chained {LATENCY_S:g} s worker calls, placement "
+        f"{placement}; {BOUND}"
+    )
+    print(
+        "(random): the mean under random placement of the same requests; vs 1 replica (random) = 1 / that share; "
+        "(in order): the best vs 1 replica when rollouts start in the order sent"
+    )
+    print(
+        "batch replicas rollouts/s  vs 1 replica        of ideal  busiest share unscored   CPU ms/rollout: "
+        "executors + worker-adapter/verifier + learner"
+    )
+    print("                          (random, in order)            (random, even)")
     for r in sorted(rounds, key=lambda r: (-r.batch_size, r.replicas)):
         print(line(r))
     out: dict[str, object] = {
-        "bench": "rollout_scaling", "placement": placement, "worker_latency_s": LATENCY_S, "steps": list(STEPS), "rollouts": n,
-        "slots_per_executor": SLOTS, "bound": BOUND,
-    }  # fmt: skip
+        "bench": "rollout_scaling",
+        "placement": placement,
+        "worker_latency_s": LATENCY_S,
+        "steps": list(STEPS),
+        "rollouts": n,
+        "slots_per_executor": SLOTS,
+        "bound": BOUND,
+    }
     for b in batches:
         mine = sorted((r for r in rounds if r.batch_size == b), key=lambda r: r.replicas)
         out[f"batch_{b}.rollouts_per_s"] = [r.rollouts_per_s for r in mine]
@@ -184,7 +205,9 @@ async def main(placement: str, n: int, batches: tuple[int, ...]) -> dict[str, ob
         out[f"batch_{b}.fraction_of_ideal"] = [r.fraction_of_ideal for r in mine]
         out[f"batch_{b}.busiest_share"] = [r.busiest_share for r in mine]
         out[f"batch_{b}.expected_busiest_share"] = [r.expected_busiest_share for r in mine]
-        out[f"batch_{b}.expected_ratio_random_placement"] = [round(1 / r.expected_busiest_share, 2) for r in mine]
+        out[f"batch_{b}.expected_ratio_random_placement"] = [
+            round(1 / r.expected_busiest_share, 2) for r in mine
+        ]
         out[f"batch_{b}.in_order_bound"] = [r.in_order_bound for r in mine]
     out["rounds"] = msgspec.to_builtins(rounds)
     return out
@@ -192,9 +215,17 @@ async def main(placement: str, n: int, batches: tuple[int, ...]) -> dict[str, ob
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--placement", choices=("pull", "queue"), default=RolloutSection().placement,
-                        help="how rollouts reach the executors (rollout.placement; default: the learner's)")
-    parser.add_argument("--rollouts", type=int, default=ROLLOUTS, help=f"rollouts a round (default {ROLLOUTS})")
-    parser.add_argument("--batch", type=int, action="append", help=f"a batch size to measure (default {BATCHES})")
+    parser.add_argument(
+        "--placement",
+        choices=("pull", "queue"),
+        default=RolloutSection().placement,
+        help="how rollouts reach the executors (rollout.placement; default: the learner's)",
+    )
+    parser.add_argument(
+        "--rollouts", type=int, default=ROLLOUTS, help=f"rollouts a round (default {ROLLOUTS})"
+    )
+    parser.add_argument(
+        "--batch", type=int, action="append", help=f"a batch size to measure (default {BATCHES})"
+    )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(main(args.placement, args.rollouts, tuple(args.batch or BATCHES)))))

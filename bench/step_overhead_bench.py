@@ -70,13 +70,19 @@ async def main() -> dict[str, object]:
             raw = await raw_round_trip(server.url)
             out["raw_rtt_p50_ms"] = raw["p50_ms"]
             for label, checkpoint in (("no_checkpoint", "0"), ("checkpoint", "1")):
-                env = {"NATS_URL": server.url, "CONDUCTOR_POOL": str(pool), "CONDUCTOR_CHECKPOINT_REQUEST_REPLY": checkpoint}
+                env = {
+                    "NATS_URL": server.url,
+                    "CONDUCTOR_POOL": str(pool),
+                    "CONDUCTOR_CHECKPOINT_REQUEST_REPLY": checkpoint,
+                }
                 figures = await measure(server.url, env, procs)
                 procs.stop()
                 procs.raw_responder(server.url)
                 for k, v in figures.items():
                     out[f"{label}.{k}"] = round(v, 4)
-                out[f"{label}.per_step_p50_over_raw_rtt"] = round(figures["per_step_p50_ms"] / raw["p50_ms"], 2)
+                out[f"{label}.per_step_p50_over_raw_rtt"] = round(
+                    figures["per_step_p50_ms"] / raw["p50_ms"], 2
+                )
         finally:
             procs.stop()
     out["raw_rtt_p50_ms"] = round(float(out["raw_rtt_p50_ms"]), 4)

@@ -193,8 +193,12 @@ async def main() -> dict[str, object]:
             for start in ("ramped", "burst"):
                 served = serve_each(procs, env)
                 executor = served["executor"]
-                run = await steady_state(server.url, in_flight, ramp_s=3.0 if start == "ramped" else 0.0,
-                                         pids={name: p.pid for name, p in served.items() if name != "verifier"})  # fmt: skip
+                run = await steady_state(
+                    server.url,
+                    in_flight,
+                    ramp_s=3.0 if start == "ramped" else 0.0,
+                    pids={name: p.pid for name, p in served.items() if name != "verifier"},
+                )
                 out[f"slow.{start}.solves_per_s"] = round(run.rate, 1)
                 out[f"slow.{start}.fraction_of_ideal"] = round(run.rate / ideal, 3)
                 out[f"slow.{start}.overall_solves_per_s"] = round(run.overall, 1)

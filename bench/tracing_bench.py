@@ -66,7 +66,10 @@ async def main() -> dict:
         await srv.stop()
         await nc.close()
     provider.shutdown()
-    med = {k: (statistics.median(v[0] for v in r), statistics.median(v[1] for v in r)) for k, r in results.items()}
+    med = {
+        k: (statistics.median(v[0] for v in r), statistics.median(v[1] for v in r))
+        for k, r in results.items()
+    }
     return {
         "bench": "tracing",
         "requests_per_round": N,

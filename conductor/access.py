@@ -279,7 +279,9 @@ def _worker_adapter(n: Names, p: str) -> Grant:
             *_kv_write(n.cache_bucket),
             *_kv_write(n.limits_bucket),
             *_watch(f"KV_{n.limits_bucket}"),  # every replica mirrors the limits (worker_adapter/limits.py)
-            *_watch(f"KV_{n.calls_bucket}"),  # a call another replica claimed is awaited on its key (ledger.py)
+            *_watch(
+                f"KV_{n.calls_bucket}"
+            ),  # a call another replica claimed is awaited on its key (ledger.py)
         ),
         subscribe=(_subject(WORK, p),),
         window_s=RESPONSE_WINDOW_S["worker-adapter"],
@@ -373,7 +375,9 @@ def tenants(names: Iterable[str]) -> tuple[str, ...]:
         if not valid_tenant(name):
             raise ValueError(f"tenant {name!r}: 1-64 ASCII letters, digits, '_' or '-'")
         if name in ROLES or name in seen:
-            raise ValueError(f"tenant {name!r}: {'a role' if name in ROLES else 'listed twice'}; tenants are extra users")
+            raise ValueError(
+                f"tenant {name!r}: {'a role' if name in ROLES else 'listed twice'}; tenants are extra users"
+            )
         seen.append(name)
     return tuple(seen)
 

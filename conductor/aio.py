@@ -60,7 +60,11 @@ async def answer_timeout(seconds: float, *, grace_s: float | None = None) -> Asy
                 more = min(2 * late, grace - granted)
                 granted += more
                 handle = loop.call_at(now + more, due, now + more)
-                log.debug("answer deadline put off: the loop is behind", late_s=round(late, 3), more_s=round(more, 3))
+                log.debug(
+                    "answer deadline put off: the loop is behind",
+                    late_s=round(late, 3),
+                    more_s=round(more, 3),
+                )
                 return
             timer.reschedule(now)  # expires at the loop's next turn
 

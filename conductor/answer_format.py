@@ -45,11 +45,22 @@ class DomainFormat(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 # Format families and the task domains that use each (the domains tasks/registry.py's entries and the verifier's
 # MCQ_DOMAINS name). An unknown domain gets no instruction: we do not know what its verifier accepts.
 FAMILY_OF_DOMAIN: dict[str, str] = {
-    "math": "math", "math500": "math", "aime": "math", "deepmath": "math",
-    "mcq": "mcq", "multiple_choice": "mcq", "gpqa": "mcq", "gpqa_diamond": "mcq", "mmlu": "mcq", "mmlu_pro": "mcq",
-    "code": "code", "livecodebench": "code", "bigcodebench": "code",
-    "general": "general", "rlpr": "general",
-}  # fmt: skip
+    "math": "math",
+    "math500": "math",
+    "aime": "math",
+    "deepmath": "math",
+    "mcq": "mcq",
+    "multiple_choice": "mcq",
+    "gpqa": "mcq",
+    "gpqa_diamond": "mcq",
+    "mmlu": "mcq",
+    "mmlu_pro": "mcq",
+    "code": "code",
+    "livecodebench": "code",
+    "bigcodebench": "code",
+    "general": "general",
+    "rlpr": "general",
+}
 FAMILIES = ("math", "mcq", "code", "general")
 
 # Wording measured with SmolLM2-135M on vLLM (scripts/vllm/measure_formats.py; figures in the README): no example

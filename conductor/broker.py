@@ -69,8 +69,13 @@ def _connection_log(service: str, shown: str) -> tuple[ErrorCallback, Callback, 
                 log.error("NATS refused the credentials", service=service, nats=shown, reason=reason)
         elif isinstance(exc, _UNREACHABLE):
             attempts += 1
-            log.warning("cannot reach NATS; retrying", service=service, nats=shown, attempt=attempts,
-                        error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+            log.warning(
+                "cannot reach NATS; retrying",
+                service=service,
+                nats=shown,
+                attempt=attempts,
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
     async def on_disconnect() -> None:
         nonlocal lost  # also on a normal close; only the retries that follow say it was a loss

@@ -81,7 +81,9 @@ def store_full(exc: js_errors.APIError) -> bool:
 
 
 def refused(conn: Connection, reason: str) -> NatsUnreachableError:
-    return NatsUnreachableError(f"NATS at {conn.shown} refused the credentials of user {conn.user!r} ({reason})")  # fmt: skip
+    return NatsUnreachableError(
+        f"NATS at {conn.shown} refused the credentials of user {conn.user!r} ({reason})"
+    )
 
 
 async def connect(conn: Connection, *, name: str, timeout: float = CONNECT_TIMEOUT_S) -> nats.NATS:
@@ -96,9 +98,15 @@ async def connect(conn: Connection, *, name: str, timeout: float = CONNECT_TIMEO
             denied.set()
 
     connecting = asyncio.ensure_future(
-        nats.connect(conn.url, name=name, inbox_prefix=conn.inbox_prefix, connect_timeout=2, error_cb=quiet,
-                     max_reconnect_attempts=-1)
-    )  # fmt: skip
+        nats.connect(
+            conn.url,
+            name=name,
+            inbox_prefix=conn.inbox_prefix,
+            connect_timeout=2,
+            error_cb=quiet,
+            max_reconnect_attempts=-1,
+        )
+    )
     refusing = asyncio.ensure_future(denied.wait())
     await asyncio.wait({connecting, refusing}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     refusing.cancel()
@@ -118,7 +126,9 @@ class ConductorClient:
     (conductor/credentials.py); with ``nc`` (a process that already holds a connection, e.g. the gateway) it borrows
     that one and never closes it. That user is the ``tenant`` whose subjects and results it uses."""
 
-    def __init__(self, settings: CommonSettings, *, nc: nats.NATS | None = None, role: str | None = None) -> None:
+    def __init__(
+        self, settings: CommonSettings, *, nc: nats.NATS | None = None, role: str | None = None
+    ) -> None:
         self.settings = settings
         self._nc = nc
         self._owned = nc is None
@@ -161,8 +171,10 @@ class ConductorClient:
             headers = tracing.headers(request_headers(None, time.time() + timeout))
             reply = await self._nc.request(subject, encode(req), timeout=timeout, headers=headers)
         except nats.errors.NoRespondersError as exc:
-            raise NoExecutorError(f"nothing serves {self.settings.subject(SOLVE_SUBJECT)} (no executor is running: "
-                                  "`conductor serve all`)") from exc  # fmt: skip
+            raise NoExecutorError(
+                f"nothing serves {self.settings.subject(SOLVE_SUBJECT)} (no executor is running: "
+                "`conductor serve all`)"
+            ) from exc
         except nats.errors.TimeoutError as exc:
             raise SolveTimeoutError(f"no result for task {req.task_id} within {timeout}s") from exc
         finally:
@@ -181,7 +193,9 @@ class ConductorClient:
         if self._requester is None:
             self._requester = Requester(self._nc)
         prefix = self.settings.subject_prefix
-        return await self._requester.call(ROLLOUT, batch, prefix=prefix, timeout=timeout, policy=policy or CallPolicy())
+        return await self._requester.call(
+            ROLLOUT, batch, prefix=prefix, timeout=timeout, policy=policy or CallPolicy()
+        )
 
     async def rollout_all(
         self, rollouts: Sequence[Rollout], *, batch_size: int = 8, timeout: float = 600.0
@@ -191,8 +205,12 @@ class ConductorClient:
         A batch answered with an error gives each of its rollouts that error and no reward (masked in training)."""
         size = max(1, min(batch_size, MAX_ROLLOUTS_PER_BATCH))
         chunks = [list(rollouts[i : i + size]) for i in range(0, len(rollouts), size)]
-        replies = await asyncio.gather(*(self.rollout(RolloutBatch(rollouts=c), timeout=timeout) for c in chunks))
-        return [result for chunk, reply in zip(chunks, replies, strict=True) for result in _results(chunk, reply)]
+        replies = await asyncio.gather(
+            *(self.rollout(RolloutBatch(rollouts=c), timeout=timeout) for c in chunks)
+        )
+        return [
+            result for chunk, reply in zip(chunks, replies, strict=True) for result in _results(chunk, reply)
+        ]
 
     async def submit(self, req: SolveRequest) -> str:
         """Durable intake: publish to the tenant's subject of the JetStream task queue, deduplicated by
@@ -234,8 +252,10 @@ class ConductorClient:
         except js_errors.NotFoundError:
             return None
         except nats.errors.NoRespondersError as exc:
-            raise ResultNotReadyError(f"no results bucket {bucket} serving direct reads: no executor of schema 9 or "
-                                      "later has run yet") from exc  # fmt: skip
+            raise ResultNotReadyError(
+                f"no results bucket {bucket} serving direct reads: no executor of schema 9 or "
+                "later has run yet"
+            ) from exc
         deleted = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE")
         return msg.data if msg.subject == subject and msg.data and not deleted else None
 

@@ -115,8 +115,9 @@ def connection(settings: CommonSettings, role: str) -> Connection:
         return Connection(settings.nats_url, inbox_prefix(user), shown, user)
     passwords = read(settings.nats_credentials)
     if not any(key.startswith("NATS_PASSWORD_") for key in passwords):
-        raise CredentialsError(f"{settings.nats_credentials} is not a NATS credentials file (no "
-                               "NATS_PASSWORD_<USER>=... lines)")  # fmt: skip
+        raise CredentialsError(
+            f"{settings.nats_credentials} is not a NATS credentials file (no NATS_PASSWORD_<USER>=... lines)"
+        )
     password = passwords.get(password_key(role))
     if password is None:
         raise CredentialsError(f"{settings.nats_credentials} holds no password for the NATS user {role!r}")

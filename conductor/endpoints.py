@@ -89,7 +89,9 @@ NO_RESPONDERS_STATUS = "503"
 
 Handler = Callable[[bytes], Awaitable[bytes]]
 
-_subject: contextvars.ContextVar[str | None] = contextvars.ContextVar("conductor_request_subject", default=None)
+_subject: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "conductor_request_subject", default=None
+)
 
 
 def request_subject() -> str | None:
@@ -182,7 +184,9 @@ def too_large(service: str, size: int) -> ErrorInfo:
     )
 
 
-async def answer_by(endpoint: Endpoint, data: bytes, deadline: float | None, subject: str | None = None) -> bytes:
+async def answer_by(
+    endpoint: Endpoint, data: bytes, deadline: float | None, subject: str | None = None
+) -> bytes:
     """``answer`` under the requester's deadline: not started once past it (the server's ``Watch`` cancels it when
     it passes mid-run), and visible to the handler as ``current_deadline()``."""
     if deadline is None:
@@ -274,8 +278,11 @@ class EndpointServer:
             if msg.reply and not is_reply_inbox(msg.reply):
                 # Neither run nor answered: nobody legitimate asks for a reply outside an inbox (is_reply_inbox).
                 metrics.refused_reply(ep.subject)
-                log.warning("request dropped: its reply subject is not an inbox", subject=ep.subject,
-                            reply=msg.reply[:200])  # fmt: skip
+                log.warning(
+                    "request dropped: its reply subject is not an inbox",
+                    subject=ep.subject,
+                    reply=msg.reply[:200],
+                )
                 return
             if len(self._tasks) >= self._admit:
                 if msg.reply:
@@ -294,8 +301,12 @@ class EndpointServer:
             watched = self._watch.watch(msg.reply, period, deadline)
         try:
             # The requester's trace context (conductor/tracing.py) makes this handler's work a child of its call.
-            with tracing.span(f"process {ep.subject}", kind=SpanKind.SERVER, headers=msg.headers,
-                              attributes=_attrs(ep.subject)):  # fmt: skip
+            with tracing.span(
+                f"process {ep.subject}",
+                kind=SpanKind.SERVER,
+                headers=msg.headers,
+                attributes=_attrs(ep.subject),
+            ):
                 async with self._slots:
                     out = await answer_by(ep, msg.data, deadline, msg.subject)
         except asyncio.CancelledError:
@@ -314,8 +325,11 @@ class EndpointServer:
             try:
                 await self._nc.publish(reply, out)
             except nats.errors.MaxPayloadError:
-                log.error("reply over the server's max_payload; answering with an error", subject=ep.subject,
-                          reply_bytes=len(out))  # fmt: skip
+                log.error(
+                    "reply over the server's max_payload; answering with an error",
+                    subject=ep.subject,
+                    reply_bytes=len(out),
+                )
                 too_large = ErrorInfo(
                     code=ErrorCode.PAYLOAD_TOO_LARGE,
                     message=f"the reply ({len(out)} bytes) exceeds the NATS server's max_payload",
@@ -416,7 +430,9 @@ class Requester:
         if self._sub is None:
             await self._start()
         token = str(next(self._ids))
-        call = PendingCall(asyncio.get_running_loop().create_future(), None if beat_s is None else beat_s * misses)
+        call = PendingCall(
+            asyncio.get_running_loop().create_future(), None if beat_s is None else beat_s * misses
+        )
         self._pending[token] = call
         try:
             headers = tracing.headers(request_headers(beat_s, deadline))
@@ -461,7 +477,6 @@ class Requester:
         except msgspec.DecodeError as exc:
             return contract.failed(malformed_reply(contract.queue, exc), request)
 
-
     async def _send(self, subject: str, payload: bytes, timeout: float, policy: CallPolicy | None) -> Msg:
         if policy is None:
             return await self.request(subject, payload, timeout=timeout)
@@ -472,14 +487,22 @@ class Requester:
         while True:
             try:
                 return await self.request(
-                    subject, payload, timeout=max(deadline - time.time(), 0.001), beat_s=policy.beat_s,
-                    misses=policy.beat_misses, deadline=deadline,
-                )  # fmt: skip
+                    subject,
+                    payload,
+                    timeout=max(deadline - time.time(), 0.001),
+                    beat_s=policy.beat_s,
+                    misses=policy.beat_misses,
+                    deadline=deadline,
+                )
             except _FAIL_OVER as exc:
                 if time.monotonic() + pause > give_up or time.time() + pause >= deadline:
                     raise
-                log.warning("responder lost or missing; trying again", subject=subject, error=type(exc).__name__,
-                            pause_s=pause)  # fmt: skip
+                log.warning(
+                    "responder lost or missing; trying again",
+                    subject=subject,
+                    error=type(exc).__name__,
+                    pause_s=pause,
+                )
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, policy.retry_max_s)
 
@@ -489,6 +512,8 @@ _FAIL_OVER = (ResponderLost, nats.errors.NoRespondersError)  # nobody is working
 
 def _attrs(subject: str) -> dict[str, str]:
     return {"messaging.system": "nats", "messaging.destination.name": subject}
+
+
 _NOT_ANSWERED = (
     nats.errors.TimeoutError,
     nats.errors.NoRespondersError,

@@ -81,8 +81,14 @@ def workloads(api: Any, namespace: str, release: str) -> list[WorkloadState]:
     selector = f"{INSTANCE}={release}"
     try:
         found = [
-            *(("Deployment", d) for d in apps.list_namespaced_deployment(namespace, label_selector=selector).items),
-            *(("StatefulSet", s) for s in apps.list_namespaced_stateful_set(namespace, label_selector=selector).items),
+            *(
+                ("Deployment", d)
+                for d in apps.list_namespaced_deployment(namespace, label_selector=selector).items
+            ),
+            *(
+                ("StatefulSet", s)
+                for s in apps.list_namespaced_stateful_set(namespace, label_selector=selector).items
+            ),
         ]
         pods = core.list_namespaced_pod(namespace, label_selector=selector).items
     except client.ApiException as exc:
@@ -136,7 +142,11 @@ def roll_policy_server(api: Any, namespace: str, deployment: str, model: str, ve
                 "metadata": {
                     "annotations": {POLICY_VERSION_ANNOTATION: version, "conductor.io/rolled-at": stamp}
                 },
-                "spec": {"containers": [{"name": POLICY_CONTAINER, "env": [{"name": POLICY_MODEL_ENV, "value": model}]}]},
+                "spec": {
+                    "containers": [
+                        {"name": POLICY_CONTAINER, "env": [{"name": POLICY_MODEL_ENV, "value": model}]}
+                    ]
+                },
             }
         }
     }
@@ -148,8 +158,9 @@ def roll_policy_server(api: Any, namespace: str, deployment: str, model: str, ve
     return int(patched.metadata.generation or 0)
 
 
-def wait_rolled(api: Any, namespace: str, deployment: str, generation: int, timeout_s: float = 1800.0,
-                poll_s: float = 5.0) -> None:
+def wait_rolled(
+    api: Any, namespace: str, deployment: str, generation: int, timeout_s: float = 1800.0, poll_s: float = 5.0
+) -> None:
     """Block until the Deployment observed ``generation`` and every replica runs it (vLLM loads take minutes)."""
     from kubernetes import client
 
@@ -170,5 +181,7 @@ def wait_rolled(api: Any, namespace: str, deployment: str, generation: int, time
         ):
             return
         if time.monotonic() >= deadline:
-            raise KubeError(f"{namespace}/{deployment} did not finish rolling to generation {generation} in {timeout_s}s")
+            raise KubeError(
+                f"{namespace}/{deployment} did not finish rolling to generation {generation} in {timeout_s}s"
+            )
         time.sleep(poll_s)

@@ -32,7 +32,9 @@ from nats.aio.msg import Msg
 
 log = structlog.get_logger("conductor.liveness")
 
-CALL_HEADER = "Conductor-Call"  # on requests: "<beat_s>;<deadline>" (one short header: nats-py parses each by hand)
+CALL_HEADER = (
+    "Conductor-Call"  # on requests: "<beat_s>;<deadline>" (one short header: nats-py parses each by hand)
+)
 BEAT_HEADER = "Conductor-Beat"  # on beat messages
 MIN_BEAT_S = 0.05  # a requester cannot make a server beat faster than this
 WATCH_TICK_S = 0.25  # how often a server's watch looks at its requests (beats due, deadlines passed)
@@ -122,7 +124,9 @@ class Watched:
 
     __slots__ = ("deadline", "expired", "next_beat", "period", "reply", "task")
 
-    def __init__(self, reply: str, period: float | None, deadline: float | None, task: asyncio.Task[None]) -> None:
+    def __init__(
+        self, reply: str, period: float | None, deadline: float | None, task: asyncio.Task[None]
+    ) -> None:
         self.reply, self.period, self.deadline, self.task = reply, period, deadline, task
         self.next_beat = asyncio.get_running_loop().time() + period if period is not None else float("inf")
         self.expired = False  # set when the watch cancelled the request at its deadline

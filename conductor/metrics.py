@@ -226,9 +226,13 @@ def verified(verdicts: Sequence[Verdict], seconds: float) -> None:
 # The gateway (services/gateway): per API key, labelled by the key's configured name (bounded by the keys file),
 # never by the key itself.
 GATEWAY_REQUESTS = _counter(
-    "conductor_gateway_requests", "Gateway requests by key, HTTP status and whether streamed.", ["key", "status", "stream"]
+    "conductor_gateway_requests",
+    "Gateway requests by key, HTTP status and whether streamed.",
+    ["key", "status", "stream"],
 )
-GATEWAY_TOKENS = _counter("conductor_gateway_tokens", "Tokens spent for each gateway key.", ["key", "direction"])
+GATEWAY_TOKENS = _counter(
+    "conductor_gateway_tokens", "Tokens spent for each gateway key.", ["key", "direction"]
+)
 GATEWAY_COST = _counter("conductor_gateway_cost_usd", "Dollars spent for each gateway key.", ["key"])
 GATEWAY_CALLS = _counter("conductor_gateway_worker_calls", "Worker calls made for each gateway key.", ["key"])
 GATEWAY_DISCONNECTS = _counter(

@@ -77,7 +77,12 @@ class NatsServer:
 
     @classmethod
     def secured(
-        cls, port: int | None = None, store_dir: Path | None = None, *, prefix: str = "", tenants: Iterable[str] = ()
+        cls,
+        port: int | None = None,
+        store_dir: Path | None = None,
+        *,
+        prefix: str = "",
+        tenants: Iterable[str] = (),
     ) -> NatsServer:
         """A server with a user per role and per extra tenant (``CONDUCTOR_TENANTS``: each a client on its own
         name, conductor/access.py) and a fresh random password for each (this run's only)."""
@@ -102,7 +107,9 @@ class NatsServer:
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.passwords is not None:
             cmd += ["-c", str(self._write_config())]
-        with open(self.log_path, "ab") as log:  # a file, not a pipe nobody reads: a chatty server never blocks
+        with open(
+            self.log_path, "ab"
+        ) as log:  # a file, not a pipe nobody reads: a chatty server never blocks
             self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -142,4 +149,3 @@ class NatsServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-

@@ -100,21 +100,33 @@ def fingerprint(model: Any) -> str:
 def adapter_files(adapter_dir: Path) -> list[Path]:
     """The files of an adapter directory that make up a version; ``VersionError`` when it is not one."""
     if not (adapter_dir / ADAPTER_CONFIG).is_file() or not (adapter_dir / ADAPTER_WEIGHTS).is_file():
-        raise VersionError("corrupt", f"{adapter_dir} is not a peft adapter ({ADAPTER_CONFIG} + {ADAPTER_WEIGHTS})")
+        raise VersionError(
+            "corrupt", f"{adapter_dir} is not a peft adapter ({ADAPTER_CONFIG} + {ADAPTER_WEIGHTS})"
+        )
     return sorted(
-        p for p in adapter_dir.iterdir()
+        p
+        for p in adapter_dir.iterdir()
         if p.is_file() and not p.is_symlink() and _FILE_NAME.match(p.name) and p.suffix in ALLOWED_SUFFIXES
-    )  # fmt: skip
+    )
 
 
 MAX_RANK = 256
 MAX_TARGETS = 64
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z0-9_]{1,64}){0,8}$")
 _NEUTRAL = (None, False, {}, [], "")
-_INFORMATIONAL = frozenset({
-    "base_model_name_or_path", "revision", "peft_version", "inference_mode", "init_lora_weights", "megatron_core",
-    "qalora_group_size", "auto_mapping", "use_rslora",
-})  # fmt: skip
+_INFORMATIONAL = frozenset(
+    {
+        "base_model_name_or_path",
+        "revision",
+        "peft_version",
+        "inference_mode",
+        "init_lora_weights",
+        "megatron_core",
+        "qalora_group_size",
+        "auto_mapping",
+        "use_rslora",
+    }
+)
 """Keys of a peft ``adapter_config.json`` that say nothing about what the adapter changes in the model."""
 
 
@@ -152,8 +164,10 @@ def check_adapter_config(adapter_dir: Path) -> dict[str, Any]:
     if not isinstance(dropout, int | float) or not 0 <= dropout <= 1:
         raise bad("lora_dropout", "must be in [0, 1]")
     targets = config.get("target_modules")
-    if not isinstance(targets, list) or not 1 <= len(targets) <= MAX_TARGETS or not all(
-        isinstance(t, str) and _MODULE_NAME.match(t) for t in targets
+    if (
+        not isinstance(targets, list)
+        or not 1 <= len(targets) <= MAX_TARGETS
+        or not all(isinstance(t, str) and _MODULE_NAME.match(t) for t in targets)
     ):
         raise bad("target_modules", f"must be a list of 1..{MAX_TARGETS} module names (a string is a regex)")
     if config.get("bias", "none") != "none":
@@ -212,12 +226,20 @@ def unpack(tar_path: Path, into: Path, *, max_bytes: int) -> Path:
         with tarfile.open(tar_path, mode="r:") as tar:
             for member in tar:
                 name = member.name
-                if not member.isreg() or not _FILE_NAME.match(name) or Path(name).suffix not in ALLOWED_SUFFIXES:
-                    raise VersionError("corrupt", f"the packed version holds {name!r}, which is not an adapter file")
+                if (
+                    not member.isreg()
+                    or not _FILE_NAME.match(name)
+                    or Path(name).suffix not in ALLOWED_SUFFIXES
+                ):
+                    raise VersionError(
+                        "corrupt", f"the packed version holds {name!r}, which is not an adapter file"
+                    )
                 total += member.size
                 target = into / name
                 if total > max_bytes or target.exists():
-                    raise VersionError("corrupt", f"the packed version is not a flat adapter directory ({name!r})")
+                    raise VersionError(
+                        "corrupt", f"the packed version is not a flat adapter directory ({name!r})"
+                    )
                 source = tar.extractfile(member)
                 assert source is not None  # a regular file
                 with source, target.open("wb") as out:
@@ -249,11 +271,16 @@ async def open_bucket(js: Any, bucket: str, *, create: bool = False, max_bytes: 
         return await js.object_store(bucket)
     except nats.js.errors.BucketNotFoundError:
         if not create:
-            raise VersionError("missing", f"no policy versions yet: the bucket {bucket} does not exist") from None
+            raise VersionError(
+                "missing", f"no policy versions yet: the bucket {bucket} does not exist"
+            ) from None
     except (nats.errors.Error, nats.js.errors.Error) as exc:
         raise _unavailable(f"opening {bucket}", exc) from exc
-    config = ObjectStoreConfig(description="Conductor policy versions (peft LoRA adapters)",
-                               max_bytes=max_bytes or -1, storage=StorageType.FILE)  # fmt: skip
+    config = ObjectStoreConfig(
+        description="Conductor policy versions (peft LoRA adapters)",
+        max_bytes=max_bytes or -1,
+        storage=StorageType.FILE,
+    )
     try:
         return await js.create_object_store(bucket, config=config)
     except (nats.errors.Error, nats.js.errors.Error) as exc:
@@ -261,9 +288,17 @@ async def open_bucket(js: Any, bucket: str, *, create: bool = False, max_bytes: 
 
 
 async def put_version(
-    js: Any, bucket: str, adapter_dir: Path, *, run: str, step: int, base: str, base_name: str = "",
-    max_bytes: int, bucket_max_bytes: int = 0,
-) -> PolicyVersion:  # fmt: skip
+    js: Any,
+    bucket: str,
+    adapter_dir: Path,
+    *,
+    run: str,
+    step: int,
+    base: str,
+    base_name: str = "",
+    max_bytes: int,
+    bucket_max_bytes: int = 0,
+) -> PolicyVersion:
     """Pack ``adapter_dir`` and put it as the version ``<run>@<step>``; the ``PolicyVersion`` to announce.
     A published version is immutable: putting the same bytes again (a resumed job) returns the stored version;
     other bytes under a name already taken are ``VersionError('exists')`` — a name a planner may have pinned or
@@ -273,12 +308,22 @@ async def put_version(
         await asyncio.to_thread(pack, adapter_dir, packed)
         size = packed.stat().st_size
         if size > max_bytes:
-            raise VersionError("too_large", f"{adapter_dir} packs to {size} bytes, more than the limit {max_bytes}")
+            raise VersionError(
+                "too_large", f"{adapter_dir} packs to {size} bytes, more than the limit {max_bytes}"
+            )
         fields = dict(
-            version=f"{run}@{step}", run=run, step=step, object=object_name(run, step), base=base,
-            base_name=base_name, sha256=await asyncio.to_thread(sha256_file, packed), size=size,
-            created=time.time(), rank=adapter_rank(adapter_dir), card=read_card(adapter_dir),
-        )  # fmt: skip
+            version=f"{run}@{step}",
+            run=run,
+            step=step,
+            object=object_name(run, step),
+            base=base,
+            base_name=base_name,
+            sha256=await asyncio.to_thread(sha256_file, packed),
+            size=size,
+            created=time.time(),
+            rank=adapter_rank(adapter_dir),
+            card=read_card(adapter_dir),
+        )
         try:  # the bounds readers check, checked before anything is written
             version = msgspec.convert(fields, PolicyVersion)
         except msgspec.ValidationError as exc:
@@ -287,8 +332,11 @@ async def put_version(
         if (stored := await _stored(store, version.object)) is not None:
             if stored.sha256 == version.sha256:
                 return stored
-            raise VersionError("exists", f"{version.version} is already published with other weights "
-                                         f"(sha256 {stored.sha256[:12]}); a version name is never reused")  # fmt: skip
+            raise VersionError(
+                "exists",
+                f"{version.version} is already published with other weights "
+                f"(sha256 {stored.sha256[:12]}); a version name is never reused",
+            )
         meta = ObjectMeta(description=msgspec.json.encode(version).decode())
         fh = await asyncio.to_thread(packed.open, "rb")
         try:
@@ -347,12 +395,16 @@ async def fetch(js: Any, bucket: str, version: PolicyVersion, into: Path, *, max
     """Download ``version`` into the directory ``into`` (which must exist), verify it, unpack it; the adapter
     directory. Raises ``VersionError``; leaves whatever it wrote under ``into`` to its caller's cleanup."""
     if version.size > max_bytes:
-        raise VersionError("too_large", f"{version.version} is {version.size} bytes, more than the limit {max_bytes}")
+        raise VersionError(
+            "too_large", f"{version.version} is {version.size} bytes, more than the limit {max_bytes}"
+        )
     store = await open_bucket(js, bucket)
     try:
         info = await store.get_info(version.object)
     except nats.js.errors.ObjectNotFoundError:
-        raise VersionError("missing", f"{version.version}: no object {version.object!r} in {bucket}") from None
+        raise VersionError(
+            "missing", f"{version.version}: no object {version.object!r} in {bucket}"
+        ) from None
     except (nats.errors.Error, nats.js.errors.Error) as exc:
         raise _unavailable(f"reading {version.object}", exc) from exc
     stored = _described(info)
@@ -363,16 +415,22 @@ async def fetch(js: Any, bucket: str, version: PolicyVersion, into: Path, *, max
     try:
         await store.get(version.object, writeinto=fh)
     except nats.js.errors.DigestMismatchError:
-        raise VersionError("corrupt", f"{version.version}: JetStream's digest does not match its chunks") from None
+        raise VersionError(
+            "corrupt", f"{version.version}: JetStream's digest does not match its chunks"
+        ) from None
     except nats.js.errors.ObjectNotFoundError:
-        raise VersionError("missing", f"{version.version}: the object was deleted while downloading") from None
+        raise VersionError(
+            "missing", f"{version.version}: the object was deleted while downloading"
+        ) from None
     except (nats.errors.Error, nats.js.errors.Error) as exc:
         raise _unavailable(f"downloading {version.object}", exc) from exc
     finally:
         fh.close()
     digest = await asyncio.to_thread(sha256_file, packed)
     if digest != version.sha256:
-        raise VersionError("corrupt", f"{version.version}: sha256 {digest} is not the announced {version.sha256}")
+        raise VersionError(
+            "corrupt", f"{version.version}: sha256 {digest} is not the announced {version.sha256}"
+        )
     adapter = await asyncio.to_thread(unpack, packed, into / "adapter", max_bytes=max_bytes)
     packed.unlink()
     return adapter

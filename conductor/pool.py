@@ -100,9 +100,13 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     enable_thinking: bool | None = None  # openai_compatible: Qwen3's chat_template_kwargs switch
     price_in_per_mtok: NonNegativeFloat = 0.0
     price_out_per_mtok: NonNegativeFloat = 0.0
-    concurrency: AtLeastOne = 8  # calls in flight at once, for the whole deployment when the adapters share NATS KV
+    concurrency: AtLeastOne = (
+        8  # calls in flight at once, for the whole deployment when the adapters share NATS KV
+    )
     rpm: AtLeastOne | None = None  # requests per minute across the deployment; None = unlimited
-    tpm: AtLeastOne | None = None  # tokens (input + max output) per minute across the deployment; None = unlimited
+    tpm: AtLeastOne | None = (
+        None  # tokens (input + max output) per minute across the deployment; None = unlimited
+    )
     timeout_s: Annotated[float, Meta(gt=0)] = 120.0
     max_retries: Annotated[int, Meta(ge=0)] = 4
     sim: SimSpec | None = None
@@ -162,7 +166,9 @@ def parse_pool(text: str, *, base_dir: str = ".") -> Pool:
             raise PoolError(f"budget: unknown field(s) {unknown}; known: {list(Budget.__struct_fields__)}")
     try:
         pool = msgspec.convert({**raw, "base_dir": base_dir}, Pool)
-    except msgspec.ValidationError as exc:  # a wrong type or a bound of the Structs above, e.g. `workers[0].tpm`
+    except (
+        msgspec.ValidationError
+    ) as exc:  # a wrong type or a bound of the Structs above, e.g. `workers[0].tpm`
         raise PoolError(f"pool file: {field_of(exc) or 'top level'}: {str(exc).split(' - at ')[0]}") from exc
     _check(pool)
     return pool

@@ -19,7 +19,13 @@ from conductor.service import unbound
 
 log = structlog.get_logger("conductor.probes")
 
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 400: "Bad Request", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    400: "Bad Request",
+    503: "Service Unavailable",
+}
 _TEXT = "text/plain; charset=utf-8"
 _PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 _READ_TIMEOUT_S = 5.0  # a client that never finishes its request line does not hold a connection open
@@ -83,7 +89,9 @@ class ProbeServer:
             writer.write(_response(status, ctype, b"" if head_only else body, len(body)))
             await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as exc:
-            log.debug("probe connection dropped", error=repr(exc))  # a half-open scrape is the client's problem
+            log.debug(
+                "probe connection dropped", error=repr(exc)
+            )  # a half-open scrape is the client's problem
         finally:
             writer.close()
 

@@ -72,7 +72,9 @@ def policy_parsed(rounds: Sequence[RoundRecord]) -> bool | None:
     return judged
 
 
-def shape(value: float | None, *, cost_usd: float = 0.0, cost_weight: float = 0.0, scale: float = 1.0) -> Reward:
+def shape(
+    value: float | None, *, cost_usd: float = 0.0, cost_weight: float = 0.0, scale: float = 1.0
+) -> Reward:
     """The learner's reward from a judged one: minus ``cost_weight`` x $ spent, times the round's ``scale``; a
     masked reward stays masked (never turned into a number here)."""
     if value is None:

@@ -171,8 +171,10 @@ def _marker(hint: Any, kind: type) -> Any:
 
 def _is_settings(hint: Any) -> bool:
     kind = _strip_annotated(hint)[0]
-    return isinstance(kind, type) and issubclass(kind, msgspec.Struct) and any(
-        _marker(h, Env) or _marker(h, EnvFields) or _is_settings(h) for h in _hints(kind).values()
+    return (
+        isinstance(kind, type)
+        and issubclass(kind, msgspec.Struct)
+        and any(_marker(h, Env) or _marker(h, EnvFields) or _is_settings(h) for h in _hints(kind).values())
     )
 
 
@@ -197,7 +199,11 @@ def _read(cls: type[S], env: Mapping[str, str]) -> S:
         elif (group := _marker(hint, EnvFields)) is not None:
             kind = _strip_annotated(hint)[0]
             sub = _hints(kind)
-            given = {f: _value(sub[f], e, env[e.name]) for f, e in group.fields.items() if env.get(e.name, "").strip()}
+            given = {
+                f: _value(sub[f], e, env[e.name])
+                for f, e in group.fields.items()
+                if env.get(e.name, "").strip()
+            }
             values[name] = kind(**given)
         elif _is_settings(hint):
             values[name] = _read(_strip_annotated(hint)[0], env)
@@ -238,7 +244,9 @@ def _row(spec: Env, path: str, hint: Any, default: Any) -> SettingDoc:
     kind, optional = _base(hint)
     shown = spec.default_doc or ("unset" if default is None else _show(default))
     type_name = getattr(kind, "__name__", str(kind)).replace("Path", "path")
-    return SettingDoc(spec.name, path, type_name + (" or unset" if optional else ""), shown, _bound(hint), spec.doc)
+    return SettingDoc(
+        spec.name, path, type_name + (" or unset" if optional else ""), shown, _bound(hint), spec.doc
+    )
 
 
 def _show(value: Any) -> str:
@@ -251,7 +259,9 @@ def _show(value: Any) -> str:
 
 def _bound(hint: Any) -> str:
     inner = _unwrap_optional(hint)
-    items = [a for a in typing.get_args(inner) if a is not Ellipsis] if typing.get_origin(inner) is tuple else []
+    items = (
+        [a for a in typing.get_args(inner) if a is not Ellipsis] if typing.get_origin(inner) is tuple else []
+    )
     metas = [
         m for h in (hint, inner, *items[:1]) for m in _strip_annotated(h)[1] if isinstance(m, msgspec.Meta)
     ]
@@ -284,7 +294,8 @@ def metrics_port(value: str | None) -> int | None:
 
 
 MAX_PAYLOAD_BYTES = Env(
-    "CONDUCTOR_MAX_PAYLOAD_BYTES", "Requests larger than this get a `payload_too_large` reply (the verifier has its own)."
+    "CONDUCTOR_MAX_PAYLOAD_BYTES",
+    "Requests larger than this get a `payload_too_large` reply (the verifier has its own).",
 )
 MAX_STEPS_CAP = Env(
     "CONDUCTOR_MAX_STEPS_CAP",
@@ -297,7 +308,11 @@ class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
     """What every service reads."""
 
     nats_url: Annotated[
-        str, Env("NATS_URL", "The NATS server to connect to; a user in it (`nats://user:password@host`) is used as is.")
+        str,
+        Env(
+            "NATS_URL",
+            "The NATS server to connect to; a user in it (`nats://user:password@host`) is used as is.",
+        ),
     ] = DEFAULT_NATS_URL
     nats_credentials: Annotated[
         Path | None,
@@ -327,14 +342,18 @@ class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
         ),
     ] = ()
     log_level: Annotated[
-        str, msgspec.Meta(pattern="^(?i:debug|info|warning|error|critical)$"), Env("CONDUCTOR_LOG_LEVEL", "Log level.")
+        str,
+        msgspec.Meta(pattern="^(?i:debug|info|warning|error|critical)$"),
+        Env("CONDUCTOR_LOG_LEVEL", "Log level."),
     ] = "INFO"
     log_json: Annotated[
         bool | None, Env("CONDUCTOR_LOG_JSON", "JSON log lines; unset: JSON when stderr is not a terminal.")
     ] = None
     subject_prefix: Annotated[
         str,
-        Env("CONDUCTOR_SUBJECT_PREFIX", "Prepended to every subject, stream and bucket name (tenants, tests)."),
+        Env(
+            "CONDUCTOR_SUBJECT_PREFIX", "Prepended to every subject, stream and bucket name (tenants, tests)."
+        ),
     ] = ""
     pool_file: Annotated[
         Path | None, Env("CONDUCTOR_POOL", "The pool file (TOML); unset: the bundled demo pool.")
@@ -350,7 +369,10 @@ class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
     ] = 1024
     drain_timeout_s: Annotated[
         Seconds,
-        Env("CONDUCTOR_DRAIN_TIMEOUT_S", "On shutdown, how long in-flight handlers may finish before cancellation."),
+        Env(
+            "CONDUCTOR_DRAIN_TIMEOUT_S",
+            "On shutdown, how long in-flight handlers may finish before cancellation.",
+        ),
     ] = 30.0
     # None (library use, tests) serves nothing; `conductor serve` defaults it to DEFAULT_METRICS_PORT.
     metrics_port: Annotated[
@@ -363,7 +385,9 @@ class CommonSettings(msgspec.Struct, frozen=True, kw_only=True):
         ),
     ] = None
     # Probes come from the kubelet and scrapes from Prometheus: not only localhost.
-    metrics_host: Annotated[str, Env("CONDUCTOR_METRICS_HOST", "Address the HTTP endpoint binds.")] = "0.0.0.0"
+    metrics_host: Annotated[str, Env("CONDUCTOR_METRICS_HOST", "Address the HTTP endpoint binds.")] = (
+        "0.0.0.0"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CommonSettings:

@@ -91,7 +91,9 @@ def _one(kind: str, arg: str | None, at: str | None, rounds: int, pool: Sequence
             return Strategy(label="conductor" + suffix, policy=None, max_rounds=rounds)
         case "single" if arg is not None and at is None:
             name = _worker(arg, pool)
-            return Strategy(label=f"single:{name}{suffix}", policy=f"single:{pool.index(name)}", max_rounds=rounds)
+            return Strategy(
+                label=f"single:{name}{suffix}", policy=f"single:{pool.index(name)}", max_rounds=rounds
+            )
         case "worker" if arg is not None and at is None:
             name = _worker(arg, pool)
             return Strategy(label=f"worker:{name}{suffix}", policy=f"worker:{name}", max_rounds=rounds)
@@ -104,8 +106,12 @@ def _one(kind: str, arg: str | None, at: str | None, rounds: int, pool: Sequence
             name = _worker(at, pool) if at is not None else pool[0]
             worker = f"@{name}" if at is not None else ""
             steps = n if kind == "refine" else n + 1
-            return Strategy(label=f"{kind}:{n}{worker}{suffix}", policy=f"{kind}:{n}@{pool.index(name)}",
-                            max_steps=steps, max_rounds=rounds)  # fmt: skip
+            return Strategy(
+                label=f"{kind}:{n}{worker}{suffix}",
+                policy=f"{kind}:{n}@{pool.index(name)}",
+                max_steps=steps,
+                max_rounds=rounds,
+            )
     if kind in {"single", "worker"} and arg is None:
         raise StrategyError(f"strategy {kind!r} needs a worker: {kind}:NAME")
     given = f"{kind}{':' + arg if arg else ''}{'@' + at if at else ''}"

@@ -46,8 +46,12 @@ class TracingSettings(msgspec.Struct, frozen=True, kw_only=True):
         endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         if not endpoint and env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             endpoint = env["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
-        disabled = env.get("OTEL_SDK_DISABLED", "").lower() == "true" or env.get("OTEL_TRACES_EXPORTER") == "none"
-        return cls(endpoint=None if disabled else (endpoint or None), service_name=env.get("OTEL_SERVICE_NAME"))
+        disabled = (
+            env.get("OTEL_SDK_DISABLED", "").lower() == "true" or env.get("OTEL_TRACES_EXPORTER") == "none"
+        )
+        return cls(
+            endpoint=None if disabled else (endpoint or None), service_name=env.get("OTEL_SERVICE_NAME")
+        )
 
 
 def configure(settings: TracingSettings, *, service: str) -> bool:

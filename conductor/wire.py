@@ -67,7 +67,11 @@ def decode(data: bytes, kind: type[T], *, max_bytes: int | None = None) -> T:
         raise WireError(ErrorInfo(code=ErrorCode.BAD_REQUEST, message=str(exc), field=field_of(exc))) from exc
     except msgspec.DecodeError as exc:
         raise WireError(ErrorInfo(code=ErrorCode.BAD_REQUEST, message=f"malformed JSON: {exc}")) from exc
-    except UnicodeDecodeError as exc:  # msgspec raises this (not DecodeError) for invalid UTF-8 inside a string
-        raise WireError(ErrorInfo(code=ErrorCode.BAD_REQUEST, message=f"invalid UTF-8: {exc.reason}")) from exc
+    except (
+        UnicodeDecodeError
+    ) as exc:  # msgspec raises this (not DecodeError) for invalid UTF-8 inside a string
+        raise WireError(
+            ErrorInfo(code=ErrorCode.BAD_REQUEST, message=f"invalid UTF-8: {exc.reason}")
+        ) from exc
     except RecursionError as exc:  # pathological nesting depth
         raise WireError(ErrorInfo(code=ErrorCode.BAD_REQUEST, message="payload nested too deeply")) from exc

@@ -35,7 +35,9 @@ class ItemResult(msgspec.Struct, frozen=True, kw_only=True):
     error_code: str | None = None
     retryable: bool = False  # a transient failure: not "done", a rerun tries it again
     result: SolveResult
-    version: str = ""  # the benchmark's task version (tasks/registry.py) it ran under; "" in items of older runs
+    version: str = (
+        ""  # the benchmark's task version (tasks/registry.py) it ran under; "" in items of older runs
+    )
 
     @property
     def key(self) -> Key:
@@ -79,16 +81,34 @@ def classify(result: SolveResult) -> tuple[str, str, str | None, bool]:
 
 
 def finished(
-    result: SolveResult, *, benchmark: str, strategy: str, repeat: int, item: str, domain: str, subject: str = "",
-    question: str = "", version: str = "",
-) -> ItemResult:  # fmt: skip
+    result: SolveResult,
+    *,
+    benchmark: str,
+    strategy: str,
+    repeat: int,
+    item: str,
+    domain: str,
+    subject: str = "",
+    question: str = "",
+    version: str = "",
+) -> ItemResult:
     """The record of one finished task."""
     outcome, reason, code, retryable = classify(result)
     return ItemResult(
-        benchmark=benchmark, strategy=strategy, repeat=repeat, item=item, domain=domain, subject=subject,
-        question=question, outcome=outcome, reason=reason, error_code=code, retryable=retryable, result=result,
+        benchmark=benchmark,
+        strategy=strategy,
+        repeat=repeat,
+        item=item,
+        domain=domain,
+        subject=subject,
+        question=question,
+        outcome=outcome,
+        reason=reason,
+        error_code=code,
+        retryable=retryable,
+        result=result,
         version=version,
-    )  # fmt: skip
+    )
 
 
 _encoder = msgspec.json.Encoder()

@@ -69,7 +69,10 @@ def sample(problems: Sequence[Problem], limit: int | None, seed: int = 0) -> lis
 
 
 def plan(
-    problems: Mapping[str, Sequence[Problem]], strategies: Sequence[Strategy], repeats: int, limit: int | None,
+    problems: Mapping[str, Sequence[Problem]],
+    strategies: Sequence[Strategy],
+    repeats: int,
+    limit: int | None,
     versions: Mapping[str, str] | None = None,
 ) -> list[Job]:
     """Repeat by repeat, item by item, every strategy on each item: running figures stay comparable mid-run."""
@@ -101,18 +104,32 @@ def task_id(rid: str, key: Key) -> str:
 def request(job: Job, rid: str, options: Options) -> SolveRequest:
     p, s = job.problem, job.strategy
     return SolveRequest(
-        question=p.question, task_id=task_id(rid, job.key), pool=options.pool_subset, max_steps=s.max_steps,
-        max_rounds=s.max_rounds, domain=p.domain, reference=p.reference, policy=s.policy, cache=options.cache,
+        question=p.question,
+        task_id=task_id(rid, job.key),
+        pool=options.pool_subset,
+        max_steps=s.max_steps,
+        max_rounds=s.max_rounds,
+        domain=p.domain,
+        reference=p.reference,
+        policy=s.policy,
+        cache=options.cache,
         progress=False,
-    )  # fmt: skip
+    )
 
 
 def item(job: Job, result: SolveResult) -> ItemResult:
     p = job.problem
     return records.finished(
-        result, benchmark=job.benchmark, strategy=job.strategy.label, repeat=job.repeat, item=p.id, domain=p.domain,
-        subject=p.subject, question=p.question, version=job.version,
-    )  # fmt: skip
+        result,
+        benchmark=job.benchmark,
+        strategy=job.strategy.label,
+        repeat=job.repeat,
+        item=p.id,
+        domain=p.domain,
+        subject=p.subject,
+        question=p.question,
+        version=job.version,
+    )
 
 
 class Runner:
@@ -128,8 +145,11 @@ class Runner:
         """The jobs still to run and the finished items (by key) of this run's jobs: an item is done when it did
         not fail transiently and ran under the job's task version."""
         versions = {j.key: j.version for j in jobs}
-        done = {k: v for k, v in records.load(self.items_path).items()
-                if not v.retryable and k in versions and v.version == versions[k]}  # fmt: skip
+        done = {
+            k: v
+            for k, v in records.load(self.items_path).items()
+            if not v.retryable and k in versions and v.version == versions[k]
+        }
         return [j for j in jobs if j.key not in done], done
 
     async def run(self, jobs: Sequence[Job], on_item: Callable[[ItemResult], None]) -> list[ItemResult]:
@@ -172,7 +192,9 @@ class Runner:
                 f"CONDUCTOR_DURABLE=1? ({type(exc).__name__})"
             ) from exc
         except (nats.errors.ConnectionClosedError, nats.errors.NoServersError) as exc:
-            raise ServiceUnreachableError(f"lost the NATS connection to {self.client.settings.nats_url}") from exc
+            raise ServiceUnreachableError(
+                f"lost the NATS connection to {self.client.settings.nats_url}"
+            ) from exc
         except (SolveTimeoutError, ResultNotReadyError) as exc:
             info = ErrorInfo(code=ErrorCode.TIMEOUT, message=str(exc), retryable=True)
             return SolveResult(task_id=req.task_id or "", error=info)

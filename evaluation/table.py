@@ -77,12 +77,17 @@ def _row(strategy: str, benchmark: str, items: Sequence[ItemResult], version: st
     n = max(len(items), 1)
     workflows = [s for it in items for s in it.workflow_steps]
     return Row(
-        strategy=strategy, benchmark=benchmark, accuracy=mean_se(list(_per_repeat(items).values())),
-        items=len(items), tokens_per_question=sum(it.tokens for it in items) / n,
-        cost_per_question=sum(it.cost_usd for it in items) / n, calls_per_question=sum(it.calls for it in items) / n,
+        strategy=strategy,
+        benchmark=benchmark,
+        accuracy=mean_se(list(_per_repeat(items).values())),
+        items=len(items),
+        tokens_per_question=sum(it.tokens for it in items) / n,
+        cost_per_question=sum(it.cost_usd for it in items) / n,
+        calls_per_question=sum(it.calls for it in items) / n,
         steps_per_workflow=statistics.fmean(workflows) if workflows else 0.0,
-        failures=sum(1 for it in items if it.outcome in {"failed", "error"}), version=version,
-    )  # fmt: skip
+        failures=sum(1 for it in items if it.outcome in {"failed", "error"}),
+        version=version,
+    )
 
 
 def _average(strategy: str, rows: list[Row], by_bench: dict[str, list[ItemResult]]) -> Row:
@@ -92,17 +97,25 @@ def _average(strategy: str, rows: list[Row], by_bench: dict[str, list[ItemResult
     per_repeat = [statistics.fmean(r[k] for r in repeats) for k in common]
     mean_of = lambda attr: statistics.fmean(getattr(r, attr) for r in rows) if rows else 0.0  # noqa: E731
     return Row(
-        strategy=strategy, benchmark=AVERAGE, accuracy=mean_se(per_repeat), items=sum(r.items for r in rows),
-        tokens_per_question=mean_of("tokens_per_question"), cost_per_question=mean_of("cost_per_question"),
-        calls_per_question=mean_of("calls_per_question"), steps_per_workflow=mean_of("steps_per_workflow"),
+        strategy=strategy,
+        benchmark=AVERAGE,
+        accuracy=mean_se(per_repeat),
+        items=sum(r.items for r in rows),
+        tokens_per_question=mean_of("tokens_per_question"),
+        cost_per_question=mean_of("cost_per_question"),
+        calls_per_question=mean_of("calls_per_question"),
+        steps_per_workflow=mean_of("steps_per_workflow"),
         failures=sum(r.failures for r in rows),
-    )  # fmt: skip
+    )
 
 
 def summarize(
-    items: Sequence[ItemResult], benchmarks: Sequence[str], strategies: Sequence[str], meta: dict[str, str] | None = None,
+    items: Sequence[ItemResult],
+    benchmarks: Sequence[str],
+    strategies: Sequence[str],
+    meta: dict[str, str] | None = None,
     versions: dict[str, str] | None = None,
-) -> Results:  # fmt: skip
+) -> Results:
     grouped: dict[tuple[str, str], list[ItemResult]] = defaultdict(list)
     for it in items:
         grouped[(it.strategy, it.benchmark)].append(it)
@@ -119,11 +132,15 @@ def summarize(
         workers.setdefault(b, {})[s] = dict(Counter(w for it in group for w in it.workers))
         histogram.setdefault(s, Counter()).update(n for it in group for n in it.workflow_steps)
     return Results(
-        benchmarks=list(benchmarks), strategies=list(strategies),
-        repeats=max((it.repeat for it in items), default=-1) + 1, rows=rows, worker_steps=workers,
-        steps_histogram={s: dict(sorted(h.items())) for s, h in histogram.items()}, meta=dict(meta or {}),
+        benchmarks=list(benchmarks),
+        strategies=list(strategies),
+        repeats=max((it.repeat for it in items), default=-1) + 1,
+        rows=rows,
+        worker_steps=workers,
+        steps_histogram={s: dict(sorted(h.items())) for s, h in histogram.items()},
+        meta=dict(meta or {}),
         versions={b: (versions or {})[b] for b in benchmarks if (versions or {}).get(b)},
-    )  # fmt: skip
+    )
 
 
 def pct(cell: Cell) -> str:
@@ -146,25 +163,56 @@ def rich_table(results: Results, title: str = "Accuracy (%), mean ± SE over rep
         if avg is None:
             continue
         cells = [pct(r.accuracy) if (r := results.row(s, b)) else "—" for b in results.benchmarks]
-        table.add_row(s, *cells, pct(avg.accuracy), f"{avg.tokens_per_question:,.0f}",
-                      usd(avg.cost_per_question), f"{avg.steps_per_workflow:.2f}")  # fmt: skip
+        table.add_row(
+            s,
+            *cells,
+            pct(avg.accuracy),
+            f"{avg.tokens_per_question:,.0f}",
+            usd(avg.cost_per_question),
+            f"{avg.steps_per_workflow:.2f}",
+        )
     return table
 
 
 CSV_COLUMNS = (
-    "strategy", "benchmark", "accuracy_mean", "accuracy_se", "repeats", "items", "tokens_per_question",
-    "cost_per_question", "calls_per_question", "steps_per_workflow", "failures", "version",
-)  # fmt: skip
+    "strategy",
+    "benchmark",
+    "accuracy_mean",
+    "accuracy_se",
+    "repeats",
+    "items",
+    "tokens_per_question",
+    "cost_per_question",
+    "calls_per_question",
+    "steps_per_workflow",
+    "failures",
+    "version",
+)
 
 
 def write(results: Results, out_dir: Path) -> None:
     """``results.json`` (everything) and ``results.csv`` (one line per strategy × benchmark, then its average)."""
-    (out_dir / "results.json").write_bytes(msgspec.json.format(msgspec.json.encode(results), indent=2) + b"\n")
+    (out_dir / "results.json").write_bytes(
+        msgspec.json.format(msgspec.json.encode(results), indent=2) + b"\n"
+    )
     with (out_dir / "results.csv").open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(CSV_COLUMNS)
         for r in results.rows:
             se = "" if r.accuracy.se is None else f"{r.accuracy.se:.6f}"
-            w.writerow([r.strategy, r.benchmark, f"{r.accuracy.mean:.6f}", se, len(r.accuracy.per_repeat), r.items,
-                        f"{r.tokens_per_question:.1f}", f"{r.cost_per_question:.8f}", f"{r.calls_per_question:.3f}",
-                        f"{r.steps_per_workflow:.3f}", r.failures, r.version])  # fmt: skip
+            w.writerow(
+                [
+                    r.strategy,
+                    r.benchmark,
+                    f"{r.accuracy.mean:.6f}",
+                    se,
+                    len(r.accuracy.per_repeat),
+                    r.items,
+                    f"{r.tokens_per_question:.1f}",
+                    f"{r.cost_per_question:.8f}",
+                    f"{r.calls_per_question:.3f}",
+                    f"{r.steps_per_workflow:.3f}",
+                    r.failures,
+                    r.version,
+                ]
+            )

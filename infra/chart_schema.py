@@ -32,7 +32,10 @@ _PROFILE = {
     "type": "object",
     "properties": {
         "type": {"enum": ["RuntimeDefault", "Unconfined", "Localhost"], "description": "Profile kind."},
-        "localhostProfile": {"type": "string", "description": "The node-installed profile, for type Localhost."},
+        "localhostProfile": {
+            "type": "string",
+            "description": "The node-installed profile, for type Localhost.",
+        },
     },
     "required": ["type"],
     "additionalProperties": False,
@@ -65,7 +68,11 @@ BY_NAME: dict[str, dict[str, Any]] = {
             "properties": {
                 "secret": {"type": "string", "minLength": 1, "description": "Secret name."},
                 "key": {"type": "string", "minLength": 1, "description": "Key in the Secret."},
-                "env": {"type": "string", "pattern": "^[A-Z_][A-Z0-9_]*$", "description": "Env var with the path."},
+                "env": {
+                    "type": "string",
+                    "pattern": "^[A-Z_][A-Z0-9_]*$",
+                    "description": "Env var with the path.",
+                },
             },
             "required": ["secret", "key", "env"],
             "additionalProperties": False,
@@ -74,7 +81,9 @@ BY_NAME: dict[str, dict[str, Any]] = {
     "role": {"enum": ["policy", "worker"]},
     "accessMode": {"enum": ["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]},
     "startupSeconds": {"type": "integer", "minimum": 10},
-    "maxLoraRank": {"enum": [1, 8, 16, 32, 64, 128, 256, 320, 512]},  # vLLM's MaxLoRARanks (vllm/config/lora.py)
+    "maxLoraRank": {
+        "enum": [1, 8, 16, 32, 64, 128, 256, 320, 512]
+    },  # vLLM's MaxLoRARanks (vllm/config/lora.py)
     "maxLoras": {"type": "integer", "minimum": 1},
     "seccompProfile": _PROFILE,
     "appArmorProfile": _PROFILE,
@@ -97,12 +106,23 @@ BY_PATH: dict[str, dict[str, Any]] = {
     "networkPolicy.kubeApiPorts": {"type": "array", "items": _PORT},
     "test.timeoutSeconds": {"type": "integer", "minimum": 10},
     "tracing.otlpEndpoint": {"type": "string", "pattern": r"^$|^https?://[^\s/]+(/.*)?$"},
-    "auth.tenants": {"type": "array", "items": {"type": "string", "pattern": TENANT_PATTERN}, "uniqueItems": True},
+    "auth.tenants": {
+        "type": "array",
+        "items": {"type": "string", "pattern": TENANT_PATTERN},
+        "uniqueItems": True,
+    },
 }
 # Free-form maps: Kubernetes types or user-named entries, validated by the API server or by ENTRY below.
 OPEN = {
-    "podSecurityContext", "securityContext", "resources", "nodeSelector", "affinity", "env", "labels",
-    "apiKeys.values", "global",
+    "podSecurityContext",
+    "securityContext",
+    "resources",
+    "nodeSelector",
+    "affinity",
+    "env",
+    "labels",
+    "apiKeys.values",
+    "global",
 }
 USER = {
     "type": "object",
@@ -189,7 +209,10 @@ def official(value: Any, path: str, docs: dict[str, str]) -> dict[str, Any]:
     elif isinstance(value, dict) and (name in OPEN or name == "topologySpreadConstraints"):
         schema = {"type": "object"}
     elif isinstance(value, dict):
-        schema = {"type": "object", "properties": {k: official(v, f"{path}.{k}", docs) for k, v in value.items()}}
+        schema = {
+            "type": "object",
+            "properties": {k: official(v, f"{path}.{k}", docs) for k, v in value.items()},
+        }
     else:
         schema = node(value, path, docs)
     if path in docs:
@@ -203,8 +226,10 @@ def nats(value: dict[str, Any], docs: dict[str, str]) -> dict[str, Any]:
     props: dict[str, Any] = {}
     for key, default in defaults.items():
         kind = {dict: "object", list: "array"}.get(type(default))
-        props[key] = {**({"type": kind} if kind else {}),
-                      "description": f"The official chart's `{key}` (charts/{archive}, nats/values.yaml)."}
+        props[key] = {
+            **({"type": kind} if kind else {}),
+            "description": f"The official chart's `{key}` (charts/{archive}, nats/values.yaml).",
+        }
     for key, v in value.items():
         props[key] = node(v, f"nats.{key}", docs) if key in NATS_OWN else official(v, f"nats.{key}", docs)
     return {"type": "object", "properties": props, "additionalProperties": False, "description": docs["nats"]}
@@ -221,7 +246,9 @@ def node(value: Any, path: str, docs: dict[str, str]) -> dict[str, Any]:
         schema = dict(_MERGE)
     elif name == "patch" and isinstance(value, list):
         schema = dict(_PATCH)
-    elif name in BY_NAME and not (isinstance(value, dict) and name not in {"seccompProfile", "appArmorProfile"}):
+    elif name in BY_NAME and not (
+        isinstance(value, dict) and name not in {"seccompProfile", "appArmorProfile"}
+    ):
         schema = dict(BY_NAME[name])
     elif path in ENTRY:
         first_key, first = next(iter(value.items()))

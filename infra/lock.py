@@ -46,13 +46,17 @@ def main(argv: list[str]) -> int:
         # ``python infra/lock.py --extra bigcodebench > infra/constraints-bigcodebench.txt``.
         core = closure("conductor", IMAGE_EXTRAS)
         extra = {k: v for k, v in closure("conductor", (*IMAGE_EXTRAS, argv[1])).items() if k not in core}
-        print(f"# Exact versions of the `{argv[1]}` extra's closure beyond the core image's (infra/constraints.txt).")
+        print(
+            f"# Exact versions of the `{argv[1]}` extra's closure beyond the core image's (infra/constraints.txt)."
+        )
         print(f"# Regenerate: python infra/lock.py --extra {argv[1]} > infra/constraints-{argv[1]}.txt")
         for key, version in sorted(extra.items()):
             print(f"{key}=={version}")
         return 0
     print("# Exact versions of the core image's dependencies: the set the default test run passed with.")
-    print("# Regenerate after changing pyproject.toml's core dependencies: python infra/lock.py > infra/constraints.txt")
+    print(
+        "# Regenerate after changing pyproject.toml's core dependencies: python infra/lock.py > infra/constraints.txt"
+    )
     for key, version in sorted(closure("conductor", IMAGE_EXTRAS).items()):
         print(f"{key}=={version}")
     return 0

@@ -21,5 +21,13 @@ REQUEST_REPLY: tuple[RequestReply, ...] = (SOLVE, ROLLOUT, PLAN, WORK, VERIFY)
 """Ordered as the AsyncAPI document lists them: the public subject first, the learner's next, then the internal
 ones."""
 
-EVENTS: tuple[Event, ...] = (PROGRESS, RESULTS, CANCEL, ROLLOUT_WORK, ROLLOUT_RESULTS, LEARNER_PROGRESS, POLICY_VERSIONS)
+EVENTS: tuple[Event, ...] = (
+    PROGRESS,
+    RESULTS,
+    CANCEL,
+    ROLLOUT_WORK,
+    ROLLOUT_RESULTS,
+    LEARNER_PROGRESS,
+    POLICY_VERSIONS,
+)
 """Subjects published to without a reply."""

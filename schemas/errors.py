@@ -20,7 +20,9 @@ class ErrorCode(StrEnum):
     TIMEOUT = "timeout"
     UNAVAILABLE = "unavailable"  # a downstream service did not answer
     SKIPPED = "skipped"  # a step not run because a step it depends on failed or the budget ran out
-    CANCELLED = "cancelled"  # the task's owner cancelled it (a gateway client hung up); what ran is in the result
+    CANCELLED = (
+        "cancelled"  # the task's owner cancelled it (a gateway client hung up); what ran is in the result
+    )
     INTERNAL = "internal"
 
 

@@ -77,13 +77,20 @@ class PolicyCard(msgspec.Struct, frozen=True, kw_only=True):
     max_steps: Annotated[int, Meta(ge=1, le=10)] = 5
     temperature: Annotated[float, Meta(ge=0, le=5)] = 1.0
     max_tokens: Annotated[int, Meta(ge=1, le=32768)] = 1024
-    base: Annotated[str, Meta(pattern=r"^(sha256:[0-9a-f]{64})?$", description="The base model's fingerprint.")] = ""
+    base: Annotated[
+        str, Meta(pattern=r"^(sha256:[0-9a-f]{64})?$", description="The base model's fingerprint.")
+    ] = ""
     trained_by: str = ""  # the run (its preset name) that made the weights, for people
     # The one worker view it was trained on (conductor/prompt.py ``view_fingerprint``), when it was trained on one
     # fixed view: a pointer into that numbering is all it knows, so a planner serves it on that view only and plans
     # any other with its fallback baseline (recorded as the fallback's cause). Empty: trained on varied views.
-    view: Annotated[str, Meta(pattern=r"^(sha256:[0-9a-f]{64})?$",
-                              description="The worker view it was trained on; empty: any view.")] = ""  # fmt: skip
+    view: Annotated[
+        str,
+        Meta(
+            pattern=r"^(sha256:[0-9a-f]{64})?$",
+            description="The worker view it was trained on; empty: any view.",
+        ),
+    ] = ""
 
 
 class PolicyVersion(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,18 +100,34 @@ class PolicyVersion(msgspec.Struct, frozen=True, kw_only=True):
     planner applies the adapter only to a base with the same fingerprint. ``sha256`` and ``size`` are the packed
     object's, checked after every download."""
 
-    version: Annotated[str, Meta(min_length=3, max_length=256, pattern=r"^.+@\d+$",
-                                 description="`<run>@<step>`: the name rollouts record as their policy_version.")]
+    version: Annotated[
+        str,
+        Meta(
+            min_length=3,
+            max_length=256,
+            pattern=r"^.+@\d+$",
+            description="`<run>@<step>`: the name rollouts record as their policy_version.",
+        ),
+    ]
     run: Annotated[str, Meta(min_length=1, max_length=200)]
     step: Annotated[int, Meta(ge=0)]
-    object: Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[-/_=.A-Za-z0-9]+$",
-                                description="The object's name in the bucket.")]
+    object: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=256,
+            pattern=r"^[-/_=.A-Za-z0-9]+$",
+            description="The object's name in the bucket.",
+        ),
+    ]
     base: Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$", description="The base model's fingerprint.")]
     base_name: str = ""  # where the learner's base model came from (a path or model id), for people
     sha256: Sha256
     size: Annotated[int, Meta(ge=0, description="Bytes of the packed object.")]
     created: Annotated[float, Meta(description="Unix seconds at publication.")]
-    format: Literal["peft-lora"] = "peft-lora"  # a tar of a peft adapter directory (adapter_config.json + weights)
+    format: Literal["peft-lora"] = (
+        "peft-lora"  # a tar of a peft adapter directory (adapter_config.json + weights)
+    )
     rank: int | None = None
     card: PolicyCard | None = None  # schema 6: how to serve it; None for a version published before cards
 
@@ -116,6 +139,8 @@ POLICY_VERSIONS: Event[PolicyVersion] = Event(
     description="A new policy version (learner -> planners): the packed adapter is already in the Object Store "
     "bucket CONDUCTOR_POLICIES under `object`; a planner watching versions downloads it, checks its sha256 and base "
     "fingerprint and hot-loads it.",
-    parameters={"run": "The run's name as one subject token (characters other than letters, digits, - and _ "
-                "become _)."},
+    parameters={
+        "run": "The run's name as one subject token (characters other than letters, digits, - and _ "
+        "become _)."
+    },
 )

@@ -21,7 +21,9 @@ Access = Literal["all"] | list[Annotated[int, Meta(ge=0)]]
 class WorkerCard(msgspec.Struct, frozen=True, kw_only=True):
     """How one pool member is shown to the Conductor: an ordinal and operator-written metadata."""
 
-    index: Annotated[int, Meta(ge=0, description="The ordinal the Conductor sees; cards are numbered 0..n-1.")]
+    index: Annotated[
+        int, Meta(ge=0, description="The ordinal the Conductor sees; cards are numbered 0..n-1.")
+    ]
     description: Annotated[str, Meta(description="Operator-written metadata: what this worker is good at.")]
     name: str | None = None  # shown only when the pool is configured to reveal names (docs/method.md §1)
 
@@ -46,8 +48,12 @@ class PriorRound(msgspec.Struct, frozen=True, kw_only=True):
 
 class PlanRequest(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
-    question: Annotated[str, Meta(min_length=1, pattern=r"\S", description="Must contain a non-space character.")]
-    workers: Annotated[list[WorkerCard], Meta(min_length=1, description="The pool view, numbered 0..n-1 in order.")]
+    question: Annotated[
+        str, Meta(min_length=1, pattern=r"\S", description="Must contain a non-space character.")
+    ]
+    workers: Annotated[
+        list[WorkerCard], Meta(min_length=1, description="The pool view, numbered 0..n-1 in order.")
+    ]
     max_steps: Annotated[int, Meta(ge=1, description="Up to the planner's CONDUCTOR_MAX_STEPS_CAP.")] = 5
     domain: str | None = None
     round: Annotated[int, Meta(ge=0)] = 0

@@ -61,7 +61,9 @@ class Rollout(msgspec.Struct, frozen=True, kw_only=True):
     ] = None
     budget: Budget | None = None
     cache: Annotated[bool, Meta(description="Use the content-addressed worker-call cache.")] = False
-    policy_version: Annotated[str, Meta(description="Recorded with the result; never changes the scoring.")] = ""
+    policy_version: Annotated[
+        str, Meta(description="Recorded with the result; never changes the scoring.")
+    ] = ""
 
 
 class RolloutBatch(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,7 +78,8 @@ class RolloutResult(msgspec.Struct, frozen=True, kw_only=True):
     reward: float | None = None
     parsed: bool = False
     parse_error: Annotated[
-        ErrorInfo | None, Meta(description="Why the completion did not parse (format_error, reason in message).")
+        ErrorInfo | None,
+        Meta(description="Why the completion did not parse (format_error, reason in message)."),
     ] = None
     handback: bool = False  # a recursive call returned three empty lists: the previous answer stands
     answer: str | None = None
@@ -84,7 +87,8 @@ class RolloutResult(msgspec.Struct, frozen=True, kw_only=True):
     steps: list[StepRecord] = []
     usage: Usage = Usage()
     error: Annotated[
-        ErrorInfo | None, Meta(description="An infrastructure failure (worker, verifier, budget); reward unset.")
+        ErrorInfo | None,
+        Meta(description="An infrastructure failure (worker, verifier, budget); reward unset."),
     ] = None
     latency_s: float = 0.0
     policy_version: str = ""

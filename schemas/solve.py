@@ -59,16 +59,22 @@ def cancel_subject(tenant: str, task_id: str) -> str:
 
 PositiveInt = Annotated[int, Meta(gt=0)]
 PositiveFloat = Annotated[float, Meta(gt=0)]
-NonBlank = Annotated[str, Meta(min_length=1, pattern=r"\S", description="Must contain a non-space character.")]
+NonBlank = Annotated[
+    str, Meta(min_length=1, pattern=r"\S", description="Must contain a non-space character.")
+]
 
 
 class Budget(msgspec.Struct, frozen=True, kw_only=True):
     """Per-task limits; None means unlimited. The executor stops and returns the best answer so far."""
 
     max_calls: Annotated[PositiveInt | None, Meta(description="Worker calls.")] = None
-    max_tokens: Annotated[PositiveInt | None, Meta(description="Tokens, worker and planner, in and out.")] = None
+    max_tokens: Annotated[PositiveInt | None, Meta(description="Tokens, worker and planner, in and out.")] = (
+        None
+    )
     max_cost_usd: Annotated[PositiveFloat | None, Meta(description="Cost in USD, worker and planner.")] = None
-    max_wall_s: Annotated[PositiveFloat | None, Meta(description="Wall time in seconds, across redeliveries.")] = None
+    max_wall_s: Annotated[
+        PositiveFloat | None, Meta(description="Wall time in seconds, across redeliveries.")
+    ] = None
 
 
 class SolveRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,20 +95,27 @@ class SolveRequest(msgspec.Struct, frozen=True, kw_only=True):
         Meta(description="Most steps per workflow, up to the deployment's cap; unset: its default (5)."),
     ] = None  # docs/method.md §1: at most 5 steps
     max_rounds: Annotated[
-        int, Meta(ge=0, description="Recursion rounds after the first, up to the deployment's cap (default 4).")
+        int,
+        Meta(ge=0, description="Recursion rounds after the first, up to the deployment's cap (default 4)."),
     ] = 0  # docs/method.md §5
-    domain: Annotated[str | None, Meta(description='Answer-format hint: "math", "mcq", "code", "general", ...')] = None
+    domain: Annotated[
+        str | None, Meta(description='Answer-format hint: "math", "mcq", "code", "general", ...')
+    ] = None
     reference: Annotated[
-        str | Reference | None, Meta(description="Ground truth; when given the result carries a verdict and reward.")
+        str | Reference | None,
+        Meta(description="Ground truth; when given the result carries a verdict and reward."),
     ] = None
     policy: Annotated[
-        str | None, Meta(description='Planner policy override: "moa", "single:2", "refine:3", "conductor", ...')
+        str | None,
+        Meta(description='Planner policy override: "moa", "single:2", "refine:3", "conductor", ...'),
     ] = None
     budget: Budget | None = None
     cache: Annotated[bool, Meta(description="Opt in to the content-addressed worker-call cache.")] = False
     # Publish progress events on conductor.progress.<task_id> (a few per step); batch clients and training rollouts,
     # which never watch them, turn them off and save the executor that work.
-    progress: Annotated[bool, Meta(description="Publish progress events on conductor.progress.<task_id>.")] = True
+    progress: Annotated[
+        bool, Meta(description="Publish progress events on conductor.progress.<task_id>.")
+    ] = True
     # Schema 8 named here the role that may cancel the task. Since schema 9 the task's tenant (the subject it was
     # sent on) cancels it, and this field is ignored; it stays so that old requests still decode (rule 3).
     owner: Annotated[
@@ -146,11 +159,15 @@ class RoundRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 class SolveResult(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
-    answer: Annotated[str | None, Meta(description="The last step's response of the last round that ran.")] = None
-    workflows: Annotated[list[RoundRecord], Meta(description="One record per round: the plan and its steps.")] = []
-    usage: Annotated[UsageSummary, Meta(description="Tokens, cost and calls: per worker, planner, total.")] = (
-        UsageSummary()
-    )
+    answer: Annotated[
+        str | None, Meta(description="The last step's response of the last round that ran.")
+    ] = None
+    workflows: Annotated[
+        list[RoundRecord], Meta(description="One record per round: the plan and its steps.")
+    ] = []
+    usage: Annotated[
+        UsageSummary, Meta(description="Tokens, cost and calls: per worker, planner, total.")
+    ] = UsageSummary()
     verdict: Annotated[Verdict | None, Meta(description="Set when the request carried a reference.")] = None
     reward: Annotated[
         float | None,
@@ -174,7 +191,9 @@ SOLVE: RequestReply[SolveRequest, SolveResult] = RequestReply(
     description="The public solve API: a JSON SolveRequest in, a JSON SolveResult out (answer, workflows, usage, "
     "verdict). Bad input gets a result whose error names the field. Progress events: "
     "conductor.progress.<tenant>.<task_id>.",
-    parameters={"tenant": "The NATS user sending the solve: only that user may publish here (conductor/access.py)."},
+    parameters={
+        "tenant": "The NATS user sending the solve: only that user may publish here (conductor/access.py)."
+    },
     error_reply=lambda info, request: SolveResult(
         task_id=(request.task_id or "") if request else "", error=info
     ),

@@ -37,8 +37,12 @@ CHECKPOINTS_BUCKET = "CONDUCTOR_CHECKPOINTS"
 DEAD_STREAM = "CONDUCTOR_DEAD"
 DEAD_SUBJECT_PREFIX = "conductor.dead"
 GATEWAY_QUOTA_BUCKET = "CONDUCTOR_GATEWAY_QUOTA"  # per-key rate and spend records of the HTTP gateway
-INTAKE_CONSUMER = "executor"  # the executors' durable pull consumer on the tasks stream (lag: `conductor status`)
-CALLS_BUCKET = "CONDUCTOR_CALLS"  # the worker-adapter's call ledger: idempotency records by (task, round, step)
+INTAKE_CONSUMER = (
+    "executor"  # the executors' durable pull consumer on the tasks stream (lag: `conductor status`)
+)
+CALLS_BUCKET = (
+    "CONDUCTOR_CALLS"  # the worker-adapter's call ledger: idempotency records by (task, round, step)
+)
 CACHE_BUCKET = "CONDUCTOR_CACHE"  # the worker-adapter's content-addressed worker-call cache
 LIMITS_BUCKET = "CONDUCTOR_LIMITS"  # the worker-adapter's back-pressure record per worker (cooldowns, slots)
 POLICIES_BUCKET = "CONDUCTOR_POLICIES"  # the learner's Object Store of policy versions (issue 12)
@@ -62,7 +66,10 @@ RESULTS: Event[SolveResult] = Event(
     description="The final result of a durable task, once per task (JetStream stream CONDUCTOR_RESULT_EVENTS, "
     "deduplicated by <tenant>.<task_id>); also stored in the KV bucket CONDUCTOR_RESULTS under <tenant>.<task_id>. "
     "Only the task's tenant may subscribe here or read that key.",
-    parameters={"tenant": "The task's tenant (the NATS user that submitted it).", "task_id": "The task's id."},
+    parameters={
+        "tenant": "The task's tenant (the NATS user that submitted it).",
+        "task_id": "The task's id.",
+    },
 )
 
 
@@ -91,7 +98,9 @@ class TaskCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
     spent: Usage = Usage()  # worker + planner usage so far, for budgets across restarts
     wall_s: float = 0.0  # wall time spent in earlier deliveries, for max_wall_s across restarts
     deliveries: int = 1
-    errors: list[ErrorInfo] = []  # transient failures of earlier deliveries, oldest first (for the dead letter)
+    errors: list[
+        ErrorInfo
+    ] = []  # transient failures of earlier deliveries, oldest first (for the dead letter)
     # Unix seconds: when the task's first delivery started (max_wall_s and latency_s count from here across
     # redeliveries), and when its current run of transient failures began (the retry horizon counts from here;
     # None while the task is not failing; reset when a failed delivery had made progress).

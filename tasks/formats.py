@@ -19,9 +19,7 @@ from tasks.problem import Problem
 from tasks.sim.codegen import FUNCTIONAL_FORMAT, STDIN_FORMAT
 from tasks.sim.draft import MATH_FORMAT, MCQ_FORMAT
 
-CODE_COMPLETE_FORMAT = (
-    "Please provide a self-contained Python script that solves the following problem in a markdown code block:"
-)
+CODE_COMPLETE_FORMAT = "Please provide a self-contained Python script that solves the following problem in a markdown code block:"
 """BigCodeBench's instruct prompt (also evalplus's for HumanEval): the code prompt follows in a fence."""
 
 GENERAL_FORMAT = DEFAULT_FORMATS["general"].final

@@ -31,7 +31,9 @@ def hub_file(name: str, spec: HubSpec | None) -> Path:
     try:
         rows = _rows(datasets, spec)
     except Exception as exc:  # network, auth (gated sets), a renamed split: all "the data are not there"
-        raise MissingDataError(f"{name}: cannot load {spec.repo} from the Hub: {type(exc).__name__}: {exc}") from exc
+        raise MissingDataError(
+            f"{name}: cannot load {spec.repo} from the Hub: {type(exc).__name__}: {exc}"
+        ) from exc
     out = Path(tempfile.mkdtemp(prefix="conductor-hub-")) / f"{name}.jsonl"
     with out.open("w", encoding="utf-8") as fh:
         for row in rows:

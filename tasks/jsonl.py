@@ -60,10 +60,14 @@ def check(verifier: str, fields: dict[str, str]) -> None:
         raise TaskError(f"unknown verifier type {verifier!r}; known: {', '.join(VERIFIERS)}")
     known = (*PROBLEM_FIELDS, *reference_fields(verifier))
     if unknown := sorted(set(fields) - set(known)):
-        raise TaskError(f"fields maps {unknown}, which a {verifier!r} task does not have; it has {', '.join(known)}")
+        raise TaskError(
+            f"fields maps {unknown}, which a {verifier!r} task does not have; it has {', '.join(known)}"
+        )
 
 
-def load(path: str | Path, *, verifier: str = "auto", domain: str = "", fields: dict[str, str] | None = None) -> list[Problem]:
+def load(
+    path: str | Path, *, verifier: str = "auto", domain: str = "", fields: dict[str, str] | None = None
+) -> list[Problem]:
     """The file's tasks, in file order; ids are ``<file stem>/<record id or line>`` and must be unique."""
     fields = fields or {}
     check(verifier, fields)
@@ -90,7 +94,9 @@ def _problem(row: dict, line: int, stem: str, verifier: str, domain: str, fields
 
     question = get("question")
     if not isinstance(question, str) or not question.strip():
-        raise DatasetError(f"no question text under {fields.get('question', 'question')!r}: has {sorted(row)[:12]}")
+        raise DatasetError(
+            f"no question text under {fields.get('question', 'question')!r}: has {sorted(row)[:12]}"
+        )
     return Problem(
         id=f"{stem}/{get('id', line)}",
         benchmark="jsonl",

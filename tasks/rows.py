@@ -47,7 +47,9 @@ def numbered_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
                 except json.JSONDecodeError as exc:
                     raise DatasetError(f"{path}:{n}: not JSON: {exc}") from exc
                 if not isinstance(row, dict):
-                    raise DatasetError(f"{path}:{n}: a record must be a JSON object, got {type(row).__name__}")
+                    raise DatasetError(
+                        f"{path}:{n}: a record must be a JSON object, got {type(row).__name__}"
+                    )
                 yield n, row
 
 

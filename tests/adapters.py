@@ -25,8 +25,12 @@ def make_adapter(base: Path, out: Path, *, seed: int, rank: int = 4) -> Path:
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
-    lora = LoraConfig(r=rank, lora_alpha=rank, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"],
-                      task_type="CAUSAL_LM")  # fmt: skip
+    lora = LoraConfig(
+        r=rank,
+        lora_alpha=rank,
+        target_modules=["q_proj", "v_proj", "o_proj", "down_proj"],
+        task_type="CAUSAL_LM",
+    )
     peft_model = get_peft_model(model, lora)
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
@@ -50,7 +54,9 @@ def greedy(base: Path, adapter: Path | None = None) -> str:
     chat = [{"role": m.role, "content": m.content} for m in PROMPT]
     inputs = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.inference_mode():
-        out = model.eval().generate(**inputs, do_sample=False, max_new_tokens=TOKENS, pad_token_id=tok.pad_token_id)
+        out = model.eval().generate(
+            **inputs, do_sample=False, max_new_tokens=TOKENS, pad_token_id=tok.pad_token_id
+        )
     new = out[0][inputs["input_ids"].shape[1] :].tolist()
     if tok.eos_token_id in new:
         new = new[: new.index(tok.eos_token_id)]
@@ -66,4 +72,6 @@ class Adapters:
         self.a = make_adapter(self.base, root / "a", seed=1)
         self.b = make_adapter(self.base, root / "b", seed=2)
         self.text = {None: greedy(self.base), "a": greedy(self.base, self.a), "b": greedy(self.base, self.b)}
-        assert len(set(self.text.values())) == 3, f"the adapters must be told apart by what they write: {self.text}"
+        assert len(set(self.text.values())) == 3, (
+            f"the adapters must be told apart by what they write: {self.text}"
+        )

@@ -17,8 +17,11 @@ QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled
 def chat(gateway_port: int, question: str) -> dict:
     """One OpenAI-shaped chat completion through the gateway, over plain HTTP."""
     body = json.dumps({"model": "conductor", "messages": [{"role": "user", "content": question}]}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{gateway_port}/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         return json.loads(resp.read())
 

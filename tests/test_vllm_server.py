@@ -15,7 +15,10 @@ from tests.vllm_server import VllmServer, served
 
 class _Models(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # GET /v1/models, as vLLM answers it: the served model first
-        body = {"object": "list", "data": [{"id": "smollm2", "object": "model", "created": 0, "owned_by": "vllm"}]}
+        body = {
+            "object": "list",
+            "data": [{"id": "smollm2", "object": "model", "created": 0, "owned_by": "vllm"}],
+        }
         data = json.dumps(body).encode() if self.path == "/v1/models" else b"{}"
         self.send_response(200 if self.path == "/v1/models" else 404)
         self.send_header("Content-Type", "application/json")

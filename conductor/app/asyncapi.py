@@ -37,7 +37,10 @@ def _ref_name(name: str) -> str:
 
 def _rewrite_refs(node: Any) -> Any:
     if isinstance(node, dict):
-        return {k: (_ref_name(v) if k == "$ref" and isinstance(v, str) else _rewrite_refs(v)) for k, v in node.items()}
+        return {
+            k: (_ref_name(v) if k == "$ref" and isinstance(v, str) else _rewrite_refs(v))
+            for k, v in node.items()
+        }
     if isinstance(node, list):
         return [_rewrite_refs(v) for v in node]
     return node
@@ -48,11 +51,17 @@ def asyncapi_document() -> dict[str, Any]:
     broker = make_broker(settings, name="asyncapi")
     for svc in create_services(service_names("all"), {}):  # the gateway speaks HTTP, not NATS
         broker.include_router(full_router(svc))
-    doc: dict[str, Any] = AsyncAPI(
-        broker, title="Conductor", version=__version__, description=DESCRIPTION
-    ).to_specification().to_jsonable()
+    doc: dict[str, Any] = (
+        AsyncAPI(broker, title="Conductor", version=__version__, description=DESCRIPTION)
+        .to_specification()
+        .to_jsonable()
+    )
 
-    types = [*dict.fromkeys([*(t for c in REQUEST_REPLY for t in (c.request, c.reply)), *(e.payload for e in EVENTS)])]
+    types = [
+        *dict.fromkeys(
+            [*(t for c in REQUEST_REPLY for t in (c.request, c.reply)), *(e.payload for e in EVENTS)]
+        )
+    ]
     (refs, components) = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     schemas_ = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas_.pop("EmptyPayload", None)
@@ -75,15 +84,21 @@ def asyncapi_document() -> dict[str, Any]:
             "messages": [{"$ref": f"#/channels/{title}/messages/ReplyMessage"}],
         }
         if contract.parameters:
-            channel["parameters"] = {name: {"description": text} for name, text in contract.parameters.items()}
+            channel["parameters"] = {
+                name: {"description": text} for name, text in contract.parameters.items()
+            }
 
     tasks = doc["channels"].get("tasks")
     if tasks is not None:  # the durable intake: a SolveRequest per message, no reply (results below)
         for ref in tasks["messages"].values():
             messages[ref["$ref"].rsplit("/", 1)[-1]]["payload"] = by_type[SolveRequest]
         tasks["address"] = tasks["bindings"]["nats"]["subject"] = SUBMIT_SUBJECT + ".{tenant}"
-        tasks["parameters"] = {"tenant": {"description": "The NATS user submitting the task: only that user may "
-                                          "publish here (conductor/access.py)."}}  # fmt: skip
+        tasks["parameters"] = {
+            "tenant": {
+                "description": "The NATS user submitting the task: only that user may "
+                "publish here (conductor/access.py)."
+            }
+        }
     for event in EVENTS:
         _add_event(doc, event, by_type[event.payload])
     return doc

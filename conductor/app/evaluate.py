@@ -58,26 +58,48 @@ def _positive(text: str) -> int:
 
 
 def add_eval_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="run benchmarks × strategies through the services; table, results, report")
-    p.add_argument("--benchmark", required=True, help=f"comma-separated NAME[:SPLIT]: {', '.join(registry.names())}")
-    p.add_argument("--strategy", default="conductor", help="comma-separated: conductor, single:NAME|*, moa[:K], "
-                   "refine[:N][@NAME], consensus[:N][@NAME], worker:NAME; +rN adds recursion rounds")  # fmt: skip
+    p = sub.add_parser(
+        "eval", help="run benchmarks × strategies through the services; table, results, report"
+    )
+    p.add_argument(
+        "--benchmark", required=True, help=f"comma-separated NAME[:SPLIT]: {', '.join(registry.names())}"
+    )
+    p.add_argument(
+        "--strategy",
+        default="conductor",
+        help="comma-separated: conductor, single:NAME|*, moa[:K], "
+        "refine[:N][@NAME], consensus[:N][@NAME], worker:NAME; +rN adds recursion rounds",
+    )
     p.add_argument("--repeats", type=_positive, default=1)
     p.add_argument("--limit", type=_positive, help="items per benchmark (a seeded sample)")
     p.add_argument("--concurrency", type=_positive, default=8, help="items in flight at once")
-    p.add_argument("--pool", help="pool file for services started here (default: the sim pool's workers over the "
-                   "run's questions); with running services only its worker names are used")  # fmt: skip
+    p.add_argument(
+        "--pool",
+        help="pool file for services started here (default: the sim pool's workers over the "
+        "run's questions); with running services only its worker names are used",
+    )
     p.add_argument("--pool-subset", help="comma-separated worker names: every request uses only these")
-    p.add_argument("--domains", help="comma-separated: keep only items of these domains (math, mcq, code), e.g. "
-                   "the domains a policy was trained on")  # fmt: skip
+    p.add_argument(
+        "--domains",
+        help="comma-separated: keep only items of these domains (math, mcq, code), e.g. "
+        "the domains a policy was trained on",
+    )
     p.add_argument("--policy", help="the embedded planner's CONDUCTOR_POLICY (e.g. openai:conductor-7b)")
-    p.add_argument("--data", action="append", default=[], metavar="NAME=PATH", help="a local copy of a benchmark")
-    p.add_argument("--hub", action="store_true", help="load benchmarks from the Hugging Face Hub (needs datasets)")
+    p.add_argument(
+        "--data", action="append", default=[], metavar="NAME=PATH", help="a local copy of a benchmark"
+    )
+    p.add_argument(
+        "--hub", action="store_true", help="load benchmarks from the Hugging Face Hub (needs datasets)"
+    )
     p.add_argument("--cache", action="store_true", help="use the worker-call cache")
     p.add_argument("--durable", action="store_true", help="submit through the durable task queue")
-    p.add_argument("--embedded", action="store_true", help="always start a private NATS and the services here")
+    p.add_argument(
+        "--embedded", action="store_true", help="always start a private NATS and the services here"
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per item")
-    p.add_argument("--out", required=True, help="output directory (items.jsonl, results.json/csv, report.html)")
+    p.add_argument(
+        "--out", required=True, help="output directory (items.jsonl, results.json/csv, report.html)"
+    )
     p.set_defaults(func=cmd_eval)
 
 
@@ -100,7 +122,9 @@ def _data_paths(pairs: list[str]) -> dict[str, str]:
     return dict(p.split("=", 1) for p in pairs)
 
 
-def _pool(args: argparse.Namespace, env: dict[str, str], external: bool, out: Path, problems: dict) -> tuple[Pool, Path | None]:
+def _pool(
+    args: argparse.Namespace, env: dict[str, str], external: bool, out: Path, problems: dict
+) -> tuple[Pool, Path | None]:
     """The run's pool and the file services started here load (None: running services keep theirs)."""
     if args.pool:
         path = Path(args.pool)
@@ -149,22 +173,39 @@ def prepare(args: argparse.Namespace) -> Prepared:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    problems = _in_domains(registry.load_all(_split(args.benchmark), _data_paths(args.data), hub=args.hub),
-                           _split(args.domains))  # fmt: skip
+    problems = _in_domains(
+        registry.load_all(_split(args.benchmark), _data_paths(args.data), hub=args.hub), _split(args.domains)
+    )
     external = not args.embedded and reachable(CommonSettings.from_env(env).nats_url)
     pool, pool_file = _pool(args, env, external, out, problems)
     subset = _subset(pool, _split(args.pool_subset))
     strategies = parse_strategies(args.strategy, subset or pool.names())
     if args.policy:
         if external:
-            raise EvalError("--policy configures the embedded planner; the running planner's policy is set where it runs")
+            raise EvalError(
+                "--policy configures the embedded planner; the running planner's policy is set where it runs"
+            )
         env["CONDUCTOR_POLICY"] = args.policy
-    options = Options(concurrency=args.concurrency, cache=args.cache, durable=args.durable, pool_subset=subset,
-                      timeout_s=args.timeout)  # fmt: skip
+    options = Options(
+        concurrency=args.concurrency,
+        cache=args.cache,
+        durable=args.durable,
+        pool_subset=subset,
+        timeout_s=args.timeout,
+    )
     versions = {name: registry.version(name) for name in problems}
-    return Prepared(out=out, env=env, jobs=plan(problems, strategies, max(args.repeats, 1), args.limit, versions),
-                    benchmarks=list(problems), versions=versions, strategies=[s.label for s in strategies], options=options, pool=pool,
-                    pool_file=pool_file, embedded=args.embedded)  # fmt: skip
+    return Prepared(
+        out=out,
+        env=env,
+        jobs=plan(problems, strategies, max(args.repeats, 1), args.limit, versions),
+        benchmarks=list(problems),
+        versions=versions,
+        strategies=[s.label for s in strategies],
+        options=options,
+        pool=pool,
+        pool_file=pool_file,
+        embedded=args.embedded,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -176,15 +217,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def conclude(prep: Prepared, done: dict[Key, ItemResult], new: list[ItemResult], where: str, wall: float,
-             console: Console) -> table.Results:  # fmt: skip
+def conclude(
+    prep: Prepared,
+    done: dict[Key, ItemResult],
+    new: list[ItemResult],
+    where: str,
+    wall: float,
+    console: Console,
+) -> table.Results:
     """This run's items (resumed and new, in job order) -> the table, results.json/csv and report.html."""
     merged = {**done, **{it.key: it for it in new}}
     items = [merged[j.key] for j in prep.jobs if j.key in merged]
     repeats = max((j.repeat for j in prep.jobs), default=0) + 1
-    meta = {"pool": str(prep.pool_file or "the running services' pool"), "workers": ",".join(prep.pool.names()),
-            "services": where, "repeats": str(repeats), "items": f"{len(new)} run, {len(done)} resumed",
-            "wall": f"{wall:.1f}s"}  # fmt: skip
+    meta = {
+        "pool": str(prep.pool_file or "the running services' pool"),
+        "workers": ",".join(prep.pool.names()),
+        "services": where,
+        "repeats": str(repeats),
+        "items": f"{len(new)} run, {len(done)} resumed",
+        "wall": f"{wall:.1f}s",
+    }
     if prep.options.pool_subset:
         meta["pool subset"] = ",".join(prep.options.pool_subset)
     return finish(prep.out, items, prep.benchmarks, prep.strategies, meta, console, prep.versions)
@@ -196,8 +248,10 @@ async def execute(prep: Prepared, console: Console) -> tuple[dict[Key, ItemResul
     async with local_stack(prep.env, name="eval", mode=mode, pool=prep.pool_file) as stack:
         where = f"{'embedded' if stack.services_started else 'running'} services on {stack.settings.nats_url}"
         repeats = max((j.repeat for j in prep.jobs), default=0) + 1
-        console.print(f"{where}: {len(prep.jobs)} items ({len(prep.benchmarks)} benchmarks × "
-                      f"{len(prep.strategies)} strategies × {repeats} repeats)")  # fmt: skip
+        console.print(
+            f"{where}: {len(prep.jobs)} items ({len(prep.benchmarks)} benchmarks × "
+            f"{len(prep.strategies)} strategies × {repeats} repeats)"
+        )
         async with _Connected(stack.settings) as client:
             runner = Runner(client, prep.out, prep.options)
             todo, done = runner.pending(prep.jobs)
@@ -205,14 +259,23 @@ async def execute(prep: Prepared, console: Console) -> tuple[dict[Key, ItemResul
     return done, new, where
 
 
-def finish(out: Path, items: list[ItemResult], benches: list[str], strategies: list[str], meta: dict[str, str],
-           console: Console, versions: dict[str, str] | None = None) -> table.Results:  # fmt: skip
+def finish(
+    out: Path,
+    items: list[ItemResult],
+    benches: list[str],
+    strategies: list[str],
+    meta: dict[str, str],
+    console: Console,
+    versions: dict[str, str] | None = None,
+) -> table.Results:
     results = table.summarize(items, benches, strategies, meta, versions)
     table.write(results, out)
     report = write_report(out, results, items, title="Conductor eval")
     console.print(table.rich_table(results))
-    console.print(f"{meta.get('items', '')} in {meta.get('wall', '')} · results: {out / 'results.json'}, "
-                  f"{out / 'results.csv'} · report: {report}")  # fmt: skip
+    console.print(
+        f"{meta.get('items', '')} in {meta.get('wall', '')} · results: {out / 'results.json'}, "
+        f"{out / 'results.csv'} · report: {report}"
+    )
     return results
 
 
@@ -238,8 +301,14 @@ async def _with_progress(
 ) -> list[ItemResult]:
     """The run, with a bar showing running accuracy and $ (resumed items included)."""
     seen = list(done)
-    columns = (TextColumn("eval"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("acc {task.fields[acc]} · {task.fields[cost]}"), TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+    columns = (
+        TextColumn("eval"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("acc {task.fields[acc]} · {task.fields[cost]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("eval", total=len(todo) + len(done), completed=len(done), **_figures(seen))
 

@@ -52,7 +52,11 @@ def result_tree(result: SolveResult, *, width: int = 160) -> Tree:
             else:
                 s.add(Text("response: " + _short(step.response, width), style="dim"))
                 u = step.usage
-                s.add(Text(f"{u.input_tokens}+{u.output_tokens} tokens, {usd(u.cost_usd)}, {step.latency_s:.2f}s"))  # fmt: skip
+                s.add(
+                    Text(
+                        f"{u.input_tokens}+{u.output_tokens} tokens, {usd(u.cost_usd)}, {step.latency_s:.2f}s"
+                    )
+                )
         if rnd.error is not None:
             node.add(Text(f"error: {rnd.error.code}: {rnd.error.message}", style="red"))
     return root
@@ -65,9 +69,13 @@ def result_view(result: SolveResult) -> Group:
         parts.append(Text(f"error: {result.error.code}{where}: {result.error.message}", style="bold red"))
     parts.append(Text("answer: " + (result.answer if result.answer is not None else "—"), style="bold green"))
     if result.verdict is not None:
-        parts.append(Text(f"verdict: {result.verdict.outcome} ({result.verdict.reason}); reward {result.reward}"))
+        parts.append(
+            Text(f"verdict: {result.verdict.outcome} ({result.verdict.reason}); reward {result.reward}")
+        )
     t = result.usage.total
-    parts.append(Text(f"usage: {t.calls} calls, {t.total_tokens} tokens, {usd(t.cost_usd)}; {result.latency_s:.2f}s"))
+    parts.append(
+        Text(f"usage: {t.calls} calls, {t.total_tokens} tokens, {usd(t.cost_usd)}; {result.latency_s:.2f}s")
+    )
     return Group(*parts)
 
 
@@ -88,7 +96,14 @@ def demo_table(rows: Sequence[tuple[str, str, SolveResult]]) -> Table:
             correct = Text("yes" if ok else str(res.verdict.outcome), style="green" if ok else "red")
         t = res.usage.total
         table.add_row(
-            qid, domain, correct, str(len(steps)), workers, str(t.total_tokens), usd(t.cost_usd), f"{res.latency_s:.2f}"
+            qid,
+            domain,
+            correct,
+            str(len(steps)),
+            workers,
+            str(t.total_tokens),
+            usd(t.cost_usd),
+            f"{res.latency_s:.2f}",
         )
     return table
 

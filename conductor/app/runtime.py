@@ -76,9 +76,13 @@ async def running(
         for svc in services:
             broker = make_broker(settings, name=svc.name)
             broker.include_router(svc.router)
-            stack.push_async_callback(broker.stop)  # last out: services may flush state to NATS when they stop
+            stack.push_async_callback(
+                broker.stop
+            )  # last out: services may flush state to NATS when they stop
             brokers.append(broker)
-        connections = [await _connect(broker, settings, svc.name) for svc, broker in zip(services, brokers, strict=True)]  # fmt: skip
+        connections = [
+            await _connect(broker, settings, svc.name) for svc, broker in zip(services, brokers, strict=True)
+        ]
         servers = [
             EndpointServer(
                 connection,
@@ -114,8 +118,12 @@ async def running(
             # others' subscriptions already at the server (one shared connection kept that order by itself).
             await asyncio.gather(*(c.flush() for c in connections))
             accepting = True
-            log.info("services started", process=name, services=[s.name for s in services],
-                     nats=redacted(settings.nats_url))  # fmt: skip
+            log.info(
+                "services started",
+                process=name,
+                services=[s.name for s in services],
+                nats=redacted(settings.nats_url),
+            )
             yield brokers[0]
         finally:
             accepting = False
@@ -146,8 +154,11 @@ async def drain(services: Sequence[Service], servers: Sequence[EndpointServer], 
     would then unsubscribe while the executor still waits on its calls, failing tasks that could have finished.
     """
     for svc, server in zip(services, servers, strict=True):
-        await asyncio.gather(server.stop(), *(sub.stop() for sub in svc.router.subscribers),
-                             *(p.stop(timeout_s) for p in pullers(svc)))  # fmt: skip
+        await asyncio.gather(
+            server.stop(),
+            *(sub.stop() for sub in svc.router.subscribers),
+            *(p.stop(timeout_s) for p in pullers(svc)),
+        )
 
 
 async def _start_probes(

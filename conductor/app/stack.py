@@ -43,7 +43,9 @@ async def local_stack(
     with contextlib.ExitStack() as exits:
         if not up:
             common = CommonSettings.from_env(env)  # a NATS user per service and tenant (conductor/access.py)
-            env |= exits.enter_context(NatsServer.secured(prefix=common.subject_prefix, tenants=common.tenants)).env()
+            env |= exits.enter_context(
+                NatsServer.secured(prefix=common.subject_prefix, tenants=common.tenants)
+            ).env()
         settings = CommonSettings.from_env(env)
         if mode == "auto" and up:
             yield Stack(settings=settings, env=env, embedded_nats=False, services_started=False)

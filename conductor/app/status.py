@@ -38,7 +38,9 @@ async def intake_lag(nc: nats.NATS, prefix: str = "") -> IntakeLag:
     try:
         info = await nc.jetstream().consumer_info(names.tasks_stream, INTAKE_CONSUMER)
     except nats.js.errors.NotFoundError as exc:
-        raise LookupError(f"no consumer {INTAKE_CONSUMER!r} on stream {names.tasks_stream}: no executor ran") from exc
+        raise LookupError(
+            f"no consumer {INTAKE_CONSUMER!r} on stream {names.tasks_stream}: no executor ran"
+        ) from exc
     return IntakeLag(
         stream=names.tasks_stream,
         pending=int(info.num_pending or 0),
@@ -69,10 +71,17 @@ def table(status: Status) -> Table:
     for col in ("service", "workload", "ready", "updated", "pods (phase, restarts)"):
         t.add_column(col)
     for w in status.workloads:
-        pods = ", ".join(f"{p.name.rsplit('-', 1)[-1]} {p.phase}{'' if p.ready else ' not-ready'} r{p.restarts}"
-                         for p in w.pods) or "-"
+        pods = (
+            ", ".join(
+                f"{p.name.rsplit('-', 1)[-1]} {p.phase}{'' if p.ready else ' not-ready'} r{p.restarts}"
+                for p in w.pods
+            )
+            or "-"
+        )
         style = None if w.healthy else "red"
-        t.add_row(w.component, f"{w.kind}/{w.name}", f"{w.ready}/{w.desired}", str(w.updated), pods, style=style)
+        t.add_row(
+            w.component, f"{w.kind}/{w.name}", f"{w.ready}/{w.desired}", str(w.updated), pods, style=style
+        )
     if status.intake is not None:
         lag = status.intake
         t.caption = f"intake {lag.stream}: {lag.pending} pending, {lag.in_flight} in flight, {lag.redelivered} redelivered"

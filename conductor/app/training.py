@@ -26,9 +26,13 @@ ROLLOUT_SERVICES = ("executor", "planner", "worker-adapter", "verifier")
 
 @contextlib.contextmanager
 def local_rollouts(
-    loop: Any, config: Any, *, nats_url: str | None = None, prefix: str = "learner.",
+    loop: Any,
+    config: Any,
+    *,
+    nats_url: str | None = None,
+    prefix: str = "learner.",
     env: Mapping[str, str] | None = None,
-) -> Iterator[Any]:  # fmt: skip
+) -> Iterator[Any]:
     """A ``Scorer`` over rollout services started here (and a nats-server unless ``nats_url``)."""
     from services.learner import connect
     from services.learner.stream import pool_file
@@ -53,12 +57,23 @@ def local_rollouts(
 
 def add_train_command(sub: Any) -> None:
     p = sub.add_parser("train", help="train the Conductor policy (cold start, then GRPO) from a config file")
-    p.add_argument("--config", required=True, help="a learner TOML file, e.g. services/learner/presets/tiny-sim.toml")
-    p.add_argument("--resume", action="store_true", help="continue the run in output.dir from its last checkpoint")
-    p.add_argument("--local", action="store_true", help="start the rollout services (and NATS) in this process")
+    p.add_argument(
+        "--config", required=True, help="a learner TOML file, e.g. services/learner/presets/tiny-sim.toml"
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue the run in output.dir from its last checkpoint"
+    )
+    p.add_argument(
+        "--local", action="store_true", help="start the rollout services (and NATS) in this process"
+    )
     p.add_argument("--output-dir", help="override output.dir")
-    p.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
-                   help="the file of every [[data.tasks]] entry NAME (NAME:test=PATH: its held-out file)")  # fmt: skip
+    p.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="the file of every [[data.tasks]] entry NAME (NAME:test=PATH: its held-out file)",
+    )
     p.set_defaults(func=_cmd_train)
 
 
@@ -80,7 +95,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"conductor train: {exc}", file=sys.stderr)
         return 2
     if args.output_dir:
-        config = msgspec.structs.replace(config, output=msgspec.structs.replace(config.output, dir=args.output_dir))
+        config = msgspec.structs.replace(
+            config, output=msgspec.structs.replace(config.output, dir=args.output_dir)
+        )
     with _Bar() as bar, LoopThread() as loop:
         try:
             if args.local:
@@ -119,7 +136,9 @@ class _Bar:
 
     def update(self, stage: str, step: int, total: int, figures: dict[str, Any]) -> None:
         if not self._progress.console.is_terminal:  # a log file (nohup): one plain line per update
-            print(json.dumps({"stage": stage, "step": step, "total": total, **figures}, default=str), flush=True)
+            print(
+                json.dumps({"stage": stage, "step": step, "total": total, **figures}, default=str), flush=True
+            )
             return
         if stage not in self._tasks:
             self._tasks[stage] = self._progress.add_task(stage, total=max(total, 1))

@@ -9,7 +9,11 @@ POLICIES = Path(__file__).parent / "policies"
 
 
 def shipped_policies() -> list[str]:
-    return sorted(p.name for p in POLICIES.iterdir() if (p / "adapter_config.json").is_file()) if POLICIES.is_dir() else []
+    return (
+        sorted(p.name for p in POLICIES.iterdir() if (p / "adapter_config.json").is_file())
+        if POLICIES.is_dir()
+        else []
+    )
 
 
 def adapter_path(ref: str) -> Path:
@@ -19,4 +23,6 @@ def adapter_path(ref: str) -> Path:
         return path
     if "/" not in ref and (POLICIES / ref / "adapter_config.json").is_file():
         return POLICIES / ref
-    raise ValueError(f"no adapter directory at {ref!r} (a directory, or a shipped policy: {shipped_policies()})")
+    raise ValueError(
+        f"no adapter directory at {ref!r} (a directory, or a shipped policy: {shipped_policies()})"
+    )

@@ -56,14 +56,29 @@ def accuracy_vs_cost(results: Results) -> str:
     fig, ax = plt.subplots(figsize=(8, 4.6))
     for i, (label, cost, acc) in enumerate(points):
         on = label in front
-        ax.scatter([cost], [acc], s=90 if on else 45, color=PALETTE[i % len(PALETTE)], zorder=3,
-                   edgecolors="black" if on else "none", linewidths=1.4)  # fmt: skip
+        ax.scatter(
+            [cost],
+            [acc],
+            s=90 if on else 45,
+            color=PALETTE[i % len(PALETTE)],
+            zorder=3,
+            edgecolors="black" if on else "none",
+            linewidths=1.4,
+        )
     for (label, cost, acc), dy in zip(points, _label_offsets(points), strict=True):
         ax.annotate(label, (cost, acc), textcoords="offset points", xytext=(7, dy), fontsize=8)
     line = sorted((c, a) for label, c, a in points if label in front)
     if len(line) > 1:
-        ax.step([c for c, _ in line], [a for _, a in line], where="post", color="black", lw=1, ls="--",
-                label="Pareto front", zorder=2)  # fmt: skip
+        ax.step(
+            [c for c, _ in line],
+            [a for _, a in line],
+            where="post",
+            color="black",
+            lw=1,
+            ls="--",
+            label="Pareto front",
+            zorder=2,
+        )
         ax.legend(loc="lower right", fontsize=8)
     costs = [c for _, c, _ in points if c > 0]
     if costs and max(costs) / min(costs) > 20:
@@ -78,7 +93,11 @@ def _label_offsets(points: list[tuple[str, float, float]]) -> list[int]:
     """Vertical label offsets (points) that step apart labels of strategies landing on nearly the same spot."""
     offsets, placed = [], []
     for _, cost, acc in points:
-        near = sum(1 for c, a in placed if abs(a - acc) < 2.5 and (c == cost or 0.6 < (c or 1e-12) / (cost or 1e-12) < 1.6))
+        near = sum(
+            1
+            for c, a in placed
+            if abs(a - acc) < 2.5 and (c == cost or 0.6 < (c or 1e-12) / (cost or 1e-12) < 1.6)
+        )
         offsets.append(4 - 11 * near)
         placed.append((cost, acc))
     return offsets
@@ -102,8 +121,15 @@ def worker_heatmaps(results: Results, workers: list[str]) -> str:
         ax.imshow(share, cmap="Blues", vmin=0, vmax=1, aspect="auto")
         for (i, j), v in np.ndenumerate(share):
             if v > 0:
-                ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=7,
-                        color="white" if v > 0.6 else "black")  # fmt: skip
+                ax.text(
+                    j,
+                    i,
+                    f"{100 * v:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if v > 0.6 else "black",
+                )
         ax.set_title(bench, fontsize=10)
         ax.set_xticks(range(len(workers)), workers, rotation=40, ha="right", fontsize=8)
         ax.set_yticks(range(len(rows)), rows if ax in axes[:, 0] else [], fontsize=8)
@@ -122,8 +148,13 @@ def steps_histogram(results: Results) -> str:
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     for i, s in enumerate(strategies):
         total = sum(hist[s].values())
-        ax.bar(xs + (i - (len(strategies) - 1) / 2) * width, [hist[s].get(int(x), 0) / total for x in xs],
-               width=width, label=s, color=PALETTE[i % len(PALETTE)])  # fmt: skip
+        ax.bar(
+            xs + (i - (len(strategies) - 1) / 2) * width,
+            [hist[s].get(int(x), 0) / total for x in xs],
+            width=width,
+            label=s,
+            color=PALETTE[i % len(PALETTE)],
+        )
     ax.set_xticks(xs)
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("steps in a workflow")

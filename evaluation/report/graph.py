@@ -64,8 +64,10 @@ def workflow_svg(rounds: list[RoundRecord], uid: str, *, correct: bool | None = 
     previous_final: tuple[float, float] | None = None
     for row, rnd in enumerate(rounds):
         y = _y(row)
-        parts.append(f'<text x="{PAD}" y="{y - LIFT - 6:.0f}" font-size="10" fill="#666" font-family="sans-serif">'
-                     f'round {rnd.round} · {escape(rnd.policy)}{" · hand-back" if rnd.handback else ""}</text>')  # fmt: skip
+        parts.append(
+            f'<text x="{PAD}" y="{y - LIFT - 6:.0f}" font-size="10" fill="#666" font-family="sans-serif">'
+            f"round {rnd.round} · {escape(rnd.policy)}{' · hand-back' if rnd.handback else ''}</text>"
+        )
         for i, step in enumerate(rnd.steps):
             for j in _sources(rnd, i):
                 parts.append(_edge(_x(j), y, _x(i), y, marker))
@@ -80,8 +82,10 @@ def workflow_svg(rounds: list[RoundRecord], uid: str, *, correct: bool | None = 
     if previous_final is not None:
         colour = {True: "#389826", False: "#cb3c33", None: "#888"}[correct]
         ax, ay = previous_final[0] + NODE_W + 10, previous_final[1] + NODE_H / 2
-        parts.append(f'<circle cx="{ax + 12:.0f}" cy="{ay:.0f}" r="11" fill="{colour}"/><text x="{ax + 12:.0f}" '
-                     f'y="{ay + 4:.0f}" font-size="11" text-anchor="middle" fill="white" '
-                     'font-family="sans-serif">A</text>')  # fmt: skip
+        parts.append(
+            f'<circle cx="{ax + 12:.0f}" cy="{ay:.0f}" r="11" fill="{colour}"/><text x="{ax + 12:.0f}" '
+            f'y="{ay + 4:.0f}" font-size="11" text-anchor="middle" fill="white" '
+            'font-family="sans-serif">A</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)

@@ -48,7 +48,9 @@ def _short(text: str, limit: int = MAX_TEXT) -> str:
 def accuracy_table(results: Results) -> str:
     cols = [*results.benchmarks, AVERAGE]
     best = {c: max((r.accuracy.mean for r in results.rows if r.benchmark == c), default=None) for c in cols}
-    head = "".join(f"<th>{escape(c)}</th>" for c in ["strategy", *cols, "tokens/q", "$/q", "calls/q", "steps/wf"])
+    head = "".join(
+        f"<th>{escape(c)}</th>" for c in ["strategy", *cols, "tokens/q", "$/q", "calls/q", "steps/wf"]
+    )
     body = []
     for s in results.strategies:
         avg = results.row(s, AVERAGE)
@@ -88,7 +90,9 @@ def workflow(item: ItemResult, uid: str) -> str:
     css = "ok" if item.correct else "bad"
     rounds = item.result.workflows
     steps = "".join(_step(s) for r in rounds for s in r.steps)
-    plans = "".join(f"<b>round {r.round} plan</b><pre>{_short(r.reasoning, 1500)}</pre>" for r in rounds if r.reasoning)
+    plans = "".join(
+        f"<b>round {r.round} plan</b><pre>{_short(r.reasoning, 1500)}</pre>" for r in rounds if r.reasoning
+    )
     return (
         f'<details class="item"><summary>{escape(item.item)} · repeat {item.repeat} · '
         f'<span class="{css}">{escape(item.outcome)}</span> · {escape(" → ".join(item.workers) or "no steps")}'
@@ -109,9 +113,15 @@ def workflows(items: Sequence[ItemResult], max_workflows: int) -> str:
         correct = sum(it.correct for it in group)
         drawn = "".join(workflow(it, f"{n}-{i}") for i, it in enumerate(group[:per_group]))
         shown += min(len(group), per_group)
-        more = f'<p class="note">{len(group) - per_group} more in items.jsonl</p>' if len(group) > per_group else ""
-        out.append(f'<details class="group"><summary>{escape(bench)} · {escape(strategy)} — {len(group)} '
-                   f"workflows, {correct} correct</summary>{drawn}{more}</details>")  # fmt: skip
+        more = (
+            f'<p class="note">{len(group) - per_group} more in items.jsonl</p>'
+            if len(group) > per_group
+            else ""
+        )
+        out.append(
+            f'<details class="group"><summary>{escape(bench)} · {escape(strategy)} — {len(group)} '
+            f"workflows, {correct} correct</summary>{drawn}{more}</details>"
+        )
     note = f'<p class="note">{shown} of {len(items)} workflows drawn (at most {per_group} per benchmark × strategy).</p>'
     return note + "".join(out)
 
@@ -133,9 +143,13 @@ def failures(items: Sequence[ItemResult]) -> str:
         groups[reason_group(it)].append(it)
     rows = []
     for reason, group in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        by_strategy = ", ".join(f"{escape(s)} {n}" for s, n in Counter(it.strategy for it in group).most_common())
+        by_strategy = ", ".join(
+            f"{escape(s)} {n}" for s, n in Counter(it.strategy for it in group).most_common()
+        )
         examples = ", ".join(escape(f"{it.benchmark}/{it.item}") for it in group[:3])
-        rows.append(f"<tr><td>{escape(reason)}</td><td>{len(group)}</td><td>{by_strategy}</td><td>{examples}</td></tr>")
+        rows.append(
+            f"<tr><td>{escape(reason)}</td><td>{len(group)}</td><td>{by_strategy}</td><td>{examples}</td></tr>"
+        )
     head = "<tr><th>reason</th><th>items</th><th>by strategy</th><th>examples</th></tr>"
     return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -146,19 +160,33 @@ def _workers(results: Results, items: Sequence[ItemResult]) -> list[str]:
     return listed + [w for w in seen if w not in listed]
 
 
-def render(results: Results, items: Sequence[ItemResult], *, title: str = "Conductor eval",
-           max_workflows: int = 400) -> str:  # fmt: skip
-    shown = {**{k: v for k, v in results.meta.items() if k != "workers"}, "task versions": version_line(results)}
+def render(
+    results: Results, items: Sequence[ItemResult], *, title: str = "Conductor eval", max_workflows: int = 400
+) -> str:
+    shown = {
+        **{k: v for k, v in results.meta.items() if k != "workers"},
+        "task versions": version_line(results),
+    }
     meta = " · ".join(f"{escape(k)}: {escape(v)}" for k, v in shown.items() if v)
     sections = [
         ("accuracy", "Accuracy (%, mean ± standard error over repeats)", accuracy_table(results)),
-        ("cost", "Accuracy vs $ per question (Pareto front ringed)", _chart(charts.accuracy_vs_cost(results))),
-        ("workers", "Which workers each strategy used", _chart(charts.worker_heatmaps(results, _workers(results, items)))),
+        (
+            "cost",
+            "Accuracy vs $ per question (Pareto front ringed)",
+            _chart(charts.accuracy_vs_cost(results)),
+        ),
+        (
+            "workers",
+            "Which workers each strategy used",
+            _chart(charts.worker_heatmaps(results, _workers(results, items))),
+        ),
         ("steps", "Steps per workflow", _chart(charts.steps_histogram(results))),
         ("workflows", "Workflows (steps as nodes, access as edges)", workflows(items, max_workflows)),
         ("failures", "Failures by reason", failures(items)),
-    ]  # fmt: skip
-    body = "".join(f'<section id="{sid}"><h2>{escape(h)}</h2>{content}</section>' for sid, h, content in sections)
+    ]
+    body = "".join(
+        f'<section id="{sid}"><h2>{escape(h)}</h2>{content}</section>' for sid, h, content in sections
+    )
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
@@ -172,9 +200,13 @@ def _chart(svg: str) -> str:
 
 
 def write_report(
-    out_dir: Path, results: Results, items: Sequence[ItemResult], *, title: str = "Conductor eval",
+    out_dir: Path,
+    results: Results,
+    items: Sequence[ItemResult],
+    *,
+    title: str = "Conductor eval",
     max_workflows: int = 400,
-) -> Path:  # fmt: skip
+) -> Path:
     path = out_dir / "report.html"
     path.write_text(render(results, items, title=title, max_workflows=max_workflows), encoding="utf-8")
     return path

@@ -86,9 +86,18 @@ def judge(domain: str, response: str, gold: str) -> tuple[bool, bool]:
 
 
 async def run(args: argparse.Namespace) -> tuple[dict[str, dict[str, float]], list[dict[str, object]]]:
-    spec = WorkerSpec(name="vllm", provider="openai_compatible", model=args.model, base_url=args.url,
-                      max_tokens=args.max_tokens, temperature=0.2, top_p=0.8, top_k=20, timeout_s=900,
-                      concurrency=args.concurrency)  # fmt: skip
+    spec = WorkerSpec(
+        name="vllm",
+        provider="openai_compatible",
+        model=args.model,
+        base_url=args.url,
+        max_tokens=args.max_tokens,
+        temperature=0.2,
+        top_p=0.8,
+        top_k=20,
+        timeout_s=900,
+        concurrency=args.concurrency,
+    )
     pool = Pool(workers=[spec])
     providers = build_providers(pool, {})
     adapter = WorkerAdapter(pool, providers)
@@ -98,9 +107,13 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, dict[str, float]], li
     responses: list[dict[str, object]] = []
 
     async def ask(rec: dict[str, str], with_format: bool) -> tuple[str, bool, bool]:
-        instruction = fmt.for_step(rec["domain"], rec["question"], ANSWER, final=True) if with_format else None
+        instruction = (
+            fmt.for_step(rec["domain"], rec["question"], ANSWER, final=True) if with_format else None
+        )
         reply = await adapter.call(
-            WorkRequest(worker="vllm", messages=build_messages(rec["question"], ANSWER, [], answer_format=instruction))
+            WorkRequest(
+                worker="vllm", messages=build_messages(rec["question"], ANSWER, [], answer_format=instruction)
+            )
         )
         if reply.error is not None:
             raise RuntimeError(f"worker call failed: {reply.error.message}")

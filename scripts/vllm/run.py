@@ -74,8 +74,9 @@ def convert(venv: Path, model_dir: Path) -> None:
 def serve(venv: Path, model_dir: Path, state_path: Path) -> server.ServerState:
     port = server.free_port()
     log = cache_dir() / f"vllm-server-{port}.log"
-    state = server.ServerState(argv=server.server_argv(str(venv / "bin/python"), str(model_dir), port), port=port,
-                               log=str(log))  # fmt: skip
+    state = server.ServerState(
+        argv=server.server_argv(str(venv / "bin/python"), str(model_dir), port), port=port, log=str(log)
+    )
     print(f"   starting on port {port}, log {log}", flush=True)
     proc = server.start(state)
     state.save(state_path)
@@ -87,9 +88,15 @@ def serve(venv: Path, model_dir: Path, state_path: Path) -> server.ServerState:
 
 
 def tier(state: server.ServerState, state_path: Path, model_dir: Path, pytest_args: list[str]) -> int:
-    env = {**os.environ, "CONDUCTOR_VLLM_URL": state.url, "CONDUCTOR_VLLM_MODEL": server.SERVED_NAME,
-           "CONDUCTOR_VLLM_STATE": str(state_path)}  # fmt: skip
-    return subprocess.call([sys.executable, "-m", "pytest", "-q", "-m", "vllm", *pytest_args], cwd=ROOT, env=env)
+    env = {
+        **os.environ,
+        "CONDUCTOR_VLLM_URL": state.url,
+        "CONDUCTOR_VLLM_MODEL": server.SERVED_NAME,
+        "CONDUCTOR_VLLM_STATE": str(state_path),
+    }
+    return subprocess.call(
+        [sys.executable, "-m", "pytest", "-q", "-m", "vllm", *pytest_args], cwd=ROOT, env=env
+    )
 
 
 def shutdown(state_path: Path) -> None:
@@ -110,10 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = Path(os.environ.get("CONDUCTOR_VLLM_MODEL_DIR") or cache_dir() / "smollm2-135m-instruct")
     timings: dict[str, float] = {}
     if (url := os.environ.get("CONDUCTOR_VLLM_URL")) and not args.serve_only:
-        print(f"test-vllm: using the server at {url} (CONDUCTOR_VLLM_URL); the outage test needs our own, skipped")
+        print(
+            f"test-vllm: using the server at {url} (CONDUCTOR_VLLM_URL); the outage test needs our own, skipped"
+        )
         env = {k: v for k, v in os.environ.items() if k != "CONDUCTOR_VLLM_STATE"}
-        return subprocess.call([sys.executable, "-m", "pytest", "-q", "-m", "vllm", *args.pytest_args], cwd=ROOT,
-                               env=env)  # fmt: skip
+        return subprocess.call(
+            [sys.executable, "-m", "pytest", "-q", "-m", "vllm", *args.pytest_args], cwd=ROOT, env=env
+        )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below on `kill`, as on Ctrl-C
     with tempfile.TemporaryDirectory(prefix="conductor-vllm-") as tmp:
         state_path = Path(tmp) / "server.json"

@@ -58,15 +58,30 @@ def free_port() -> int:
 # when other processes use it, as they do on a shared machine). 2 GiB holds ~45k tokens of SmolLM2-135M context
 # (30 layers x 3 KV heads x 64 dims x K,V x float32 = 46 KB/token): dozens of concurrent requests.
 KV_CACHE_BYTES = 2 * 1024**3
-SERVED_NAME = "smollm2-135m-instruct"  # the model name clients send (pool files, CONDUCTOR_POLICY=openai:NAME)
+SERVED_NAME = (
+    "smollm2-135m-instruct"  # the model name clients send (pool files, CONDUCTOR_POLICY=openai:NAME)
+)
 
 
 def server_argv(python: str, model_dir: str, port: int, name: str = SERVED_NAME) -> list[str]:
     """float32: the dtype the CPU backend runs this model in; a short served name instead of the directory path."""
     return [
-        python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--served-model-name", name,
-        "--dtype", "float32", "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--host", "127.0.0.1", "--port", str(port),
-    ]  # fmt: skip
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_dir,
+        "--served-model-name",
+        name,
+        "--dtype",
+        "float32",
+        "--kv-cache-memory-bytes",
+        str(KV_CACHE_BYTES),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
 
 
 def start(state: ServerState) -> subprocess.Popen[bytes]:
@@ -85,12 +100,16 @@ def ready(url: str, timeout_s: float = 5.0) -> bool:
         return False
 
 
-def wait_ready(state: ServerState, proc: subprocess.Popen[bytes] | None, timeout_s: float = READY_TIMEOUT_S) -> float:
+def wait_ready(
+    state: ServerState, proc: subprocess.Popen[bytes] | None, timeout_s: float = READY_TIMEOUT_S
+) -> float:
     """Seconds until ``/v1/models`` lists the model; ``ServerError`` if the process exits first or time runs out."""
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
         if proc is not None and proc.poll() is not None:
-            raise ServerError(f"vLLM server exited with code {proc.returncode} while starting\n{log_tail(state)}")
+            raise ServerError(
+                f"vLLM server exited with code {proc.returncode} while starting\n{log_tail(state)}"
+            )
         if ready(state.url):
             return time.monotonic() - started
         time.sleep(2.0)

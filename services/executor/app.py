@@ -65,12 +65,16 @@ class ExecutorService:
                 max_bytes=common.max_payload_bytes,
                 rejected=metrics.task_rejected,
             ),
-            serve(ROLLOUT, self.handle_rollout, prefix=common.subject_prefix, max_bytes=common.max_payload_bytes),
+            serve(
+                ROLLOUT, self.handle_rollout, prefix=common.subject_prefix, max_bytes=common.max_payload_bytes
+            ),
         ]
         if settings.durable:
             taken = admission(self.pool, settings.intake, common.handler_concurrency)
             self.router.subscriber(
-                self.names.submit("*"),  # conductor.tasks.submit.<tenant>: the intake reads the tenant from it
+                self.names.submit(
+                    "*"
+                ),  # conductor.tasks.submit.<tenant>: the intake reads the tenant from it
                 stream=tasks_stream(self.names, settings.store),
                 durable=INTAKE_CONSUMER,
                 pull_sub=PullSub(batch_size=min(64, taken), timeout=PULL_EXPIRY_S),
@@ -97,8 +101,15 @@ class ExecutorService:
             self.intake = Intake(self.executor, self.store, self.settings.intake, self.cancels)
         if broker is not None and self.settings.rollout_pull:
             common = self.settings.common
-            self.pullers = [RolloutPuller(broker.connection, self.rollouts, prefix=common.subject_prefix,
-                                          calls=self.settings.calls, max_bytes=common.max_payload_bytes)]  # fmt: skip
+            self.pullers = [
+                RolloutPuller(
+                    broker.connection,
+                    self.rollouts,
+                    prefix=common.subject_prefix,
+                    calls=self.settings.calls,
+                    max_bytes=common.max_payload_bytes,
+                )
+            ]
         if broker is not None:  # (a test may start the service on a transport of its own, without a broker)
             subject = self.settings.common.subject_prefix + CANCEL.subject(tenant="*", task_id=">")
             self._cancel_sub = await broker.connection.subscribe(subject, cb=self.handle_cancel)
@@ -132,7 +143,9 @@ class ExecutorService:
 
         with self.cancels.watch(tenant, req) as cancel:
             result = await self.executor.solve(req, tenant=tenant, checkpoint=checkpoint, cancel=cancel)
-        log.info("task finished", task_id=result.task_id, tenant=tenant, error=result.error and result.error.code)
+        log.info(
+            "task finished", task_id=result.task_id, tenant=tenant, error=result.error and result.error.code
+        )
         metrics.task_finished(result, SOLVE_SUBJECT)
         return result
 
@@ -146,7 +159,9 @@ class ExecutorService:
             log.warning("undecodable cancel ignored", subject=msg.subject, error=str(exc))
             return
         if where is None or where[1] != ask.task_id:
-            log.warning("cancel for another task than its subject's ignored", subject=msg.subject, task_id=ask.task_id)
+            log.warning(
+                "cancel for another task than its subject's ignored", subject=msg.subject, task_id=ask.task_id
+            )
             return
         tenant, task_id = where
         if self.cancels.cancel(tenant, task_id, ask.reason):

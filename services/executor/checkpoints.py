@@ -92,7 +92,9 @@ def _finished_error(
     for rnd in rounds:
         where = f"rounds[{rnd.round}]"
         if rnd.error is not None or rnd.handback or not 0 < len(rnd.steps) <= max_steps:
-            return refused(where, "a finished round of a running task ran between 1 and max_steps steps to the end")
+            return refused(
+                where, "a finished round of a running task ran between 1 and max_steps steps to the end"
+            )
         for k, rec in enumerate(rnd.steps):
             if rec.index != k:
                 return refused(f"{where}.steps[{k}].index", f"step {rec.index} recorded in place {k}")
@@ -110,5 +112,7 @@ def _record_error(rec: StepRecord, where: str, view: Sequence[str]) -> ErrorInfo
     if rec.error is not None:
         return refused(f"{where}.error", "a failed step is never saved")
     if not 0 <= rec.model_id < len(view) or rec.worker != view[rec.model_id]:
-        return refused(f"{where}.worker", f"model {rec.model_id} is not worker {rec.worker!r} in the task's pool view")
+        return refused(
+            f"{where}.worker", f"model {rec.model_id} is not worker {rec.worker!r} in the task's pool view"
+        )
     return None

@@ -32,7 +32,10 @@ class IntakeSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     ack_wait_s: Annotated[
         PositiveSeconds,
-        Env("CONDUCTOR_ACK_WAIT_S", "JetStream AckWait of the task consumer; in-progress acks every third of it."),
+        Env(
+            "CONDUCTOR_ACK_WAIT_S",
+            "JetStream AckWait of the task consumer; in-progress acks every third of it.",
+        ),
     ] = 30.0
     max_deliver: Annotated[
         Count,
@@ -43,7 +46,10 @@ class IntakeSettings(msgspec.Struct, frozen=True, kw_only=True):
     ] = 1000
     backoff_base_s: Annotated[
         Seconds,
-        Env("CONDUCTOR_REDELIVERY_BACKOFF_BASE_S", "First delay before a transiently failed task is redelivered."),
+        Env(
+            "CONDUCTOR_REDELIVERY_BACKOFF_BASE_S",
+            "First delay before a transiently failed task is redelivered.",
+        ),
     ] = 1.0
     backoff_max_s: Annotated[
         Seconds, Env("CONDUCTOR_REDELIVERY_BACKOFF_MAX_S", "Ceiling of the exponential redelivery delay.")
@@ -83,18 +89,27 @@ class CallSettings(CallPolicy, frozen=True, kw_only=True):
     ] = 3
     failover_s: Annotated[
         Seconds,
-        Env("CONDUCTOR_FAILOVER_S", "How long a lost or missing responder is tried again before `unavailable`."),
+        Env(
+            "CONDUCTOR_FAILOVER_S",
+            "How long a lost or missing responder is tried again before `unavailable`.",
+        ),
     ] = 30.0
     verify_retry_s: Annotated[
         Seconds,
-        Env("CONDUCTOR_VERIFY_RETRY_S", "Transient verifier failures are retried this long before the task is released."),
+        Env(
+            "CONDUCTOR_VERIFY_RETRY_S",
+            "Transient verifier failures are retried this long before the task is released.",
+        ),
     ] = 60.0
 
 
 class StoreSettings(msgspec.Struct, frozen=True, kw_only=True):
     duplicate_window_s: Annotated[
         PositiveSeconds,
-        Env("CONDUCTOR_DUPLICATE_WINDOW_S", "Resubmitting a task id within this window is dropped by JetStream."),
+        Env(
+            "CONDUCTOR_DUPLICATE_WINDOW_S",
+            "Resubmitting a task id within this window is dropped by JetStream.",
+        ),
     ] = 3600.0
     results_ttl_s: float = 7 * 24 * 3600.0
     checkpoints_ttl_s: float = 24 * 3600.0
@@ -102,9 +117,13 @@ class StoreSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 DEFAULT_BUDGET = EnvFields(
     {
-        "max_calls": Env("CONDUCTOR_BUDGET_MAX_CALLS", "Default per-task limit on worker calls; unset: none."),
+        "max_calls": Env(
+            "CONDUCTOR_BUDGET_MAX_CALLS", "Default per-task limit on worker calls; unset: none."
+        ),
         "max_tokens": Env("CONDUCTOR_BUDGET_MAX_TOKENS", "Default per-task limit on tokens; unset: none."),
-        "max_cost_usd": Env("CONDUCTOR_BUDGET_MAX_COST_USD", "Default per-task limit on cost in USD; unset: none."),
+        "max_cost_usd": Env(
+            "CONDUCTOR_BUDGET_MAX_COST_USD", "Default per-task limit on cost in USD; unset: none."
+        ),
         "max_wall_s": Env("CONDUCTOR_BUDGET_MAX_WALL_S", "Default per-task limit on wall time; unset: none."),
     }
 )
@@ -115,7 +134,10 @@ class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True):
     common: CommonSettings
     default_max_steps: Annotated[
         Count,
-        Env("CONDUCTOR_DEFAULT_MAX_STEPS", "Steps a workflow may have when the request says nothing (the paper's 5)."),
+        Env(
+            "CONDUCTOR_DEFAULT_MAX_STEPS",
+            "Steps a workflow may have when the request says nothing (the paper's 5).",
+        ),
     ] = 5  # docs/method.md §1: at most 5 steps
     max_steps_cap: Annotated[Count, MAX_STEPS_CAP] = 10
     max_rounds_cap: Annotated[

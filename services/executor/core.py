@@ -67,7 +67,9 @@ def usage_summary(rounds: Sequence[RoundRecord]) -> UsageSummary:
         planner = planner + rnd.planner_usage
         for step in rnd.steps:
             by_worker[step.worker] = by_worker.get(step.worker, Usage()) + step.usage
-    return UsageSummary(by_worker=by_worker, planner=planner, total=sum(by_worker.values(), Usage()) + planner)
+    return UsageSummary(
+        by_worker=by_worker, planner=planner, total=sum(by_worker.values(), Usage()) + planner
+    )
 
 
 class WorkflowSource(Protocol):
@@ -208,7 +210,13 @@ class Executor:
             state.wall_offset_s = max(0.0, time.time() - started_at)
         source = PlannerSource(self.transport, self.settings.plan_timeout_s)
         return await self.execute(
-            state, source, started=started, checkpoint=checkpoint, durable=durable, cancel=cancel, tenant=tenant
+            state,
+            source,
+            started=started,
+            checkpoint=checkpoint,
+            durable=durable,
+            cancel=cancel,
+            tenant=tenant,
         )
 
     def resumable(self, cp: TaskCheckpoint | None, req: SolveRequest) -> TaskCheckpoint | None:
@@ -221,8 +229,12 @@ class Executor:
         error = checkpoint_error(cp, req, view, max_steps=step_cap(req, self.settings))
         if error is None:
             return cp
-        log.warning("checkpoint refused; starting afresh from the submitted request", task_id=req.task_id,
-                    field=error.field, reason=error.message)  # fmt: skip
+        log.warning(
+            "checkpoint refused; starting afresh from the submitted request",
+            task_id=req.task_id,
+            field=error.field,
+            reason=error.message,
+        )
         return None
 
     async def execute(
@@ -242,8 +254,16 @@ class Executor:
         ``started`` (monotonic) is when this delivery began, for ``latency_s``; unset: now."""
         started = time.monotonic() if started is None else started
         task_id = state.task_id
-        run = _TaskRun(self, state, source, checkpoint, durable=durable, first_round=first_round, cancel=cancel,
-                       tenant=tenant)  # fmt: skip
+        run = _TaskRun(
+            self,
+            state,
+            source,
+            checkpoint,
+            durable=durable,
+            first_round=first_round,
+            cancel=cancel,
+            tenant=tenant,
+        )
         with (
             structlog.contextvars.bound_contextvars(task_id=task_id),
             tracing.span("task", attributes={"conductor.task_id": task_id, "conductor.durable": durable}),
@@ -293,7 +313,9 @@ class _TaskRun:
         )
         self._checkpoint = checkpoint
         self._save_lock = asyncio.Lock()
-        self.deadline = current_deadline()  # the solve's requester's, when it sent one (conductor/liveness.py)
+        self.deadline = (
+            current_deadline()
+        )  # the solve's requester's, when it sent one (conductor/liveness.py)
         self.cancel = cancel or Cancel()
 
     def _halt(self) -> ErrorInfo | None:
@@ -304,7 +326,9 @@ class _TaskRun:
         if (reason := self.meter.exceeded()) is not None:
             return _budget_error(reason)
         if expired(self.deadline):
-            return ErrorInfo(code=ErrorCode.TIMEOUT, message="the requester's deadline passed; no further calls made")
+            return ErrorInfo(
+                code=ErrorCode.TIMEOUT, message="the requester's deadline passed; no further calls made"
+            )
         return None
 
     async def emit(self, event: ProgressEvent) -> None:
@@ -384,13 +408,19 @@ class _TaskRun:
         ask = self._ask(rnd)
         plan = await self.source.workflow(ask)
         self.meter.add_planner(plan.usage)
-        if plan.error is None and plan.workflow is not None and (invalid := workflow_error(plan, ask)) is not None:
+        if (
+            plan.error is None
+            and plan.workflow is not None
+            and (invalid := workflow_error(plan, ask)) is not None
+        ):
             log.warning("workflow refused", policy=plan.policy, reason=invalid.message)
             plan = msgspec.structs.replace(plan, workflow=None, error=invalid)
         record = _round_record(rnd, plan)
         if plan.error is not None or plan.workflow is None:
             st.rounds.append(record)
-            return plan.error or ErrorInfo(code=ErrorCode.PLANNER_ERROR, message="planner sent no workflow"), True
+            return plan.error or ErrorInfo(
+                code=ErrorCode.PLANNER_ERROR, message="planner sent no workflow"
+            ), True
         if plan.handback:
             st.rounds.append(record)
             return None, True
@@ -449,7 +479,9 @@ class _TaskRun:
             return RoundOutcome(steps, None, stop_error[0])
         return RoundOutcome(steps, steps[-1].response, None)
 
-    async def _call_worker(self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]]) -> StepRecord:
+    async def _call_worker(
+        self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]]
+    ) -> StepRecord:
         worker = self.workers[wf.model_id[i]]
         step = {"conductor.round": rnd, "conductor.step": i, "conductor.worker": worker.name}
         with tracing.span(f"step {rnd}.{i}", attributes=step) as span:
@@ -501,7 +533,9 @@ class _TaskRun:
     def _answer_format(self, i: int, wf: Workflow) -> str | None:
         """The step's answer-format instruction: the pool's choice for the task's domain (conductor/answer_format.py)."""
         final = i == len(wf) - 1
-        return self.ex.pool.answer_format.for_step(self.req.domain, self.req.question, wf.subtasks[i], final=final)
+        return self.ex.pool.answer_format.for_step(
+            self.req.domain, self.req.question, wf.subtasks[i], final=final
+        )
 
     async def _verify(self) -> Verdict | ErrorInfo | None:
         """The verdict on the standing answer; None when there is no reference or no answer (no workflow ran to
@@ -526,7 +560,9 @@ class _TaskRun:
         if isinstance(result, ErrorInfo):
             return result
         if result.error is not None or len(result.verdicts) != 1:
-            err = result.error or ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message="verifier returned no verdict")
+            err = result.error or ErrorInfo(
+                code=ErrorCode.VERIFIER_ERROR, message="verifier returned no verdict"
+            )
             return Verdict(id=task_id, outcome=Outcome.ERROR, reason=err.message, error=err)
         return result.verdicts[0]
 

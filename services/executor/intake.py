@@ -199,9 +199,14 @@ class Intake:
         try:
             with self.cancels.watch(tenant, req) as cancel:
                 return await self.executor.solve(
-                    req, tenant=tenant, resume=resume, checkpoint=save, durable=True, started_at=started_at,
+                    req,
+                    tenant=tenant,
+                    resume=resume,
+                    checkpoint=save,
+                    durable=True,
+                    started_at=started_at,
                     cancel=cancel,
-                )  # fmt: skip
+                )
         except asyncio.CancelledError:
             # Shutdown outlasted the drain timeout: hand the task back now (it resumes from its last checkpoint
             # on any replica) rather than leaving it to AckWait.
@@ -221,7 +226,9 @@ class Intake:
                 return
             try:
                 await msg.in_progress()
-            except nats.errors.Error as exc:  # e.g. mid-reconnect: the next beat or AckWait's redelivery covers it
+            except (
+                nats.errors.Error
+            ) as exc:  # e.g. mid-reconnect: the next beat or AckWait's redelivery covers it
                 log.warning("in-progress ack not sent", error=repr(exc))
 
     async def _retry_or_dead_letter(
@@ -240,8 +247,12 @@ class Intake:
             log.warning("transient failure; redelivering", error=result.error.message, delay_s=delay)
             await msg.nak(delay=delay)
             return
-        log.error("giving up: transient failures outlasted the retry horizon", attempts=delivered,
-                  failing_s=round(now - (cp.failing_since or now), 1), error=result.error.message)  # fmt: skip
+        log.error(
+            "giving up: transient failures outlasted the retry horizon",
+            attempts=delivered,
+            failing_s=round(now - (cp.failing_since or now), 1),
+            error=result.error.message,
+        )
         await self.store.dead_letter(
             key, DeadLetter(task_id=req.task_id, request=req, attempts=delivered, errors=cp.errors)
         )

@@ -60,9 +60,13 @@ from services.executor.store import ensure_stream
 log = structlog.get_logger("conductor.executor.rollout_queue")
 
 PULL_EXPIRY_S = 2.0  # how long one pull request waits on the server for items
-MAX_PULLS = 4  # pull requests one replica keeps open at once (the consumer allows MAX_WAITING across replicas)
+MAX_PULLS = (
+    4  # pull requests one replica keeps open at once (the consumer allows MAX_WAITING across replicas)
+)
 MAX_WAITING = 4096
-MAX_RUNS = 5  # deliveries an item may run (a replica lost or stopped with it each time); the next is answered masked
+MAX_RUNS = (
+    5  # deliveries an item may run (a replica lost or stopped with it each time); the next is answered masked
+)
 STREAM_MAX_AGE_S = 3600.0  # an item nobody fetched within an hour: its sender gave up long ago
 RETRY_PAUSE_S = 1.0  # after a pull that could not be sent or a consumer that went away
 
@@ -114,7 +118,9 @@ class RolloutPuller:
     """Fetches rollout items for one replica's free slots and runs them through ``Rollouts`` (the same path, the
     same slots, as a request/reply batch)."""
 
-    def __init__(self, nc: Client, rollouts: Rollouts, *, prefix: str, calls: CallSettings, max_bytes: int) -> None:
+    def __init__(
+        self, nc: Client, rollouts: Rollouts, *, prefix: str, calls: CallSettings, max_bytes: int
+    ) -> None:
         self._nc = nc
         self._rollouts = rollouts
         self._prefix = prefix
@@ -129,7 +135,9 @@ class RolloutPuller:
         self._loop: asyncio.Task[None] | None = None
         self._beats: asyncio.Task[None] | None = None
         self._stopping = False
-        self._refused = False  # the server refused a pull (consumer gone, no JetStream): declare again, then pull
+        self._refused = (
+            False  # the server refused a pull (consumer gone, no JetStream): declare again, then pull
+        )
         rollouts.when_free(self._wake.set)
 
     async def start(self) -> bool:
@@ -195,9 +203,13 @@ class RolloutPuller:
             await ensure_stream(js, stream_config(self._names, self._prefix))
             try:
                 await js.add_consumer(stream, consumer_config(self._calls))
-            except js_errors.BadRequestError as exc:  # declared otherwise (another replica's settings): use it
+            except (
+                js_errors.BadRequestError
+            ) as exc:  # declared otherwise (another replica's settings): use it
                 await js.consumer_info(stream, ROLLOUTS_CONSUMER)
-                log.warning("the rollout consumer exists with another config; pulling from it", error=repr(exc))
+                log.warning(
+                    "the rollout consumer exists with another config; pulling from it", error=repr(exc)
+                )
         except (js_errors.Error, nats.errors.Error) as exc:
             self._refused = True
             log.warning("rollout work queue not declared", error=repr(exc))
@@ -225,7 +237,9 @@ class RolloutPuller:
             if status != "100":  # 404/408: nothing (more) to hand out; 409: refused; 503: no JetStream there
                 pull.done = True
                 if status not in ("404", "408"):
-                    log.warning("rollout pull refused", status=status, description=msg.headers.get("Description"))
+                    log.warning(
+                        "rollout pull refused", status=status, description=msg.headers.get("Description")
+                    )
                     self._refused = True
                 self._wake.set()
             return
@@ -298,7 +312,9 @@ class RolloutPuller:
             for msg in list(self._running.values()):
                 try:
                     await msg.in_progress()
-                except nats.errors.Error as exc:  # lost connection: its item may be redelivered, which is the point
+                except (
+                    nats.errors.Error
+                ) as exc:  # lost connection: its item may be redelivered, which is the point
                     log.debug("in-progress ack not sent", error=repr(exc))
 
     async def _close_pulls(self, everything: bool = False) -> None:
@@ -313,4 +329,3 @@ class RolloutPuller:
             else:
                 keep.append(pull)
         self._pulls = keep
-

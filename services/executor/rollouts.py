@@ -48,13 +48,19 @@ class GivenCompletion:
     async def workflow(self, ask: PlanRequest) -> PlanReply:
         try:
             parsed = parse_completion(
-                self.completion, n_workers=len(ask.workers), max_steps=ask.max_steps, allow_empty=bool(ask.previous)
+                self.completion,
+                n_workers=len(ask.workers),
+                max_steps=ask.max_steps,
+                allow_empty=bool(ask.previous),
             )
         except WorkflowFormatError as exc:
             error = ErrorInfo(code=ErrorCode.FORMAT_ERROR, message=str(exc))  # "<reason>: <what is wrong>"
             return PlanReply(policy=ROLLOUT_POLICY, completion=self.completion, error=error)
         return PlanReply(
-            policy=ROLLOUT_POLICY, completion=self.completion, reasoning=parsed.reasoning, workflow=parsed.workflow
+            policy=ROLLOUT_POLICY,
+            completion=self.completion,
+            reasoning=parsed.reasoning,
+            workflow=parsed.workflow,
         )
 
 
@@ -94,7 +100,9 @@ def _recursion_error(r: Rollout, settings: ExecutorSettings) -> ErrorInfo | None
     if r.round > 0 and not r.previous:
         return bad_request("a recursive call (round > 0) needs the earlier rounds it was shown", "previous")
     if r.round == 0 and r.previous:
-        return bad_request("earlier rounds given for a first call; set round to the recursive call's number", "round")
+        return bad_request(
+            "earlier rounds given for a first call; set round to the recursive call's number", "round"
+        )
     return None
 
 

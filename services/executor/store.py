@@ -94,10 +94,12 @@ class TaskStore:
             ),
         )
         await ensure_stream(
-            self.js, js_api.StreamConfig(name=n.dead_stream, subjects=[f"{n.dead_prefix}.>"], max_age=s.results_ttl_s)
+            self.js,
+            js_api.StreamConfig(name=n.dead_stream, subjects=[f"{n.dead_prefix}.>"], max_age=s.results_ttl_s),
         )
         self._results = await ensure_bucket(
-            self.js, js_api.KeyValueConfig(bucket=n.results_bucket, history=1, ttl=s.results_ttl_s, direct=True)
+            self.js,
+            js_api.KeyValueConfig(bucket=n.results_bucket, history=1, ttl=s.results_ttl_s, direct=True),
         )
         self._checkpoints = await self.js.create_key_value(
             bucket=n.checkpoints_bucket, history=1, ttl=s.checkpoints_ttl_s
@@ -150,7 +152,9 @@ class TaskStore:
 
     async def save_checkpoint(self, key: str, cp: TaskCheckpoint) -> None:
         """Stamped with this executor's format version, whoever wrote the checkpoint it resumed from."""
-        await self.checkpoints.put(key, encode(msgspec.structs.replace(cp, schema_version=CHECKPOINT_VERSION)))
+        await self.checkpoints.put(
+            key, encode(msgspec.structs.replace(cp, schema_version=CHECKPOINT_VERSION))
+        )
 
     async def drop_checkpoint(self, key: str) -> None:
         await self.checkpoints.purge(key)

@@ -33,7 +33,9 @@ class Transport(Protocol):
 
 
 class NatsTransport:
-    def __init__(self, broker: NatsBroker, settings: CommonSettings, calls: CallSettings | None = None) -> None:
+    def __init__(
+        self, broker: NatsBroker, settings: CommonSettings, calls: CallSettings | None = None
+    ) -> None:
         # The nats-py client of a connected broker: the same object across reconnects, and FastStream's
         # ``connection`` property is a measurable cost at five requests and publishes per task. Not FastStream's
         # publisher either (its middleware stack cost ~0.1 ms per hop): this is the executor's hot path.
@@ -50,10 +52,14 @@ class NatsTransport:
         return await self._requests.call(WORK, req, prefix=self._prefix, timeout=timeout, policy=self._policy)
 
     async def verify(self, batch: VerifyBatch, timeout: float) -> VerifyBatchResult:
-        return await self._requests.call(VERIFY, batch, prefix=self._prefix, timeout=timeout, policy=self._policy)
+        return await self._requests.call(
+            VERIFY, batch, prefix=self._prefix, timeout=timeout, policy=self._policy
+        )
 
     async def progress(self, tenant: str | None, event: ProgressEvent) -> None:
         """On the task's tenant's subject, which only that tenant may hear; a task with no tenant (a rollout) has
         no one to tell."""
         if tenant is not None:
-            await self._nc.publish(self._settings.subject(progress_subject(tenant, event.task_id)), encode(event))
+            await self._nc.publish(
+                self._settings.subject(progress_subject(tenant, event.task_id)), encode(event)
+            )

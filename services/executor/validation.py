@@ -83,7 +83,9 @@ def workflow_error(plan: PlanReply, ask: PlanRequest) -> ErrorInfo | None:
             plan.workflow, n_workers=len(ask.workers), max_steps=ask.max_steps, allow_empty=bool(ask.previous)
         )
     except WorkflowFormatError as exc:
-        sampled = plan.attempts > 0 and not plan.fallback_used  # baselines report 0 attempts (services/planner)
+        sampled = (
+            plan.attempts > 0 and not plan.fallback_used
+        )  # baselines report 0 attempts (services/planner)
         return ErrorInfo(
             code=ErrorCode.FORMAT_ERROR if sampled else ErrorCode.PLANNER_ERROR,
             message=f"the workflow of policy {plan.policy!r} fails the executor's check: {exc}",

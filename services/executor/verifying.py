@@ -80,7 +80,9 @@ async def verify(
             return result
         left = remaining_s(current_deadline())
         if time.monotonic() + pause > give_up or (left is not None and left <= pause):
-            log.warning("verifier still failing; releasing the task for a later try", tries=tries, error=error.message)
+            log.warning(
+                "verifier still failing; releasing the task for a later try", tries=tries, error=error.message
+            )
             return still_unverified(error, tries)
         log.info("verifier failed transiently; trying again", tries=tries, pause_s=pause, error=error.message)
         await asyncio.sleep(pause)

@@ -32,11 +32,15 @@ log = structlog.get_logger("conductor.gateway")
 class GatewayService:
     name = "gateway"
 
-    def __init__(self, settings: GatewaySettings, pool: Pool | None = None, keys: KeyRing | None = None) -> None:
+    def __init__(
+        self, settings: GatewaySettings, pool: Pool | None = None, keys: KeyRing | None = None
+    ) -> None:
         self.settings = settings
         self.pool = pool or load_pool(settings.common.pool_file)
         # Read at construction, so a missing or malformed keys file stops `serve` before anything starts.
-        self.keys = keys if keys is not None else (KeyRing.load(settings.keys_file) if settings.keys_file else None)
+        self.keys = (
+            keys if keys is not None else (KeyRing.load(settings.keys_file) if settings.keys_file else None)
+        )
         self.endpoints: list[Endpoint] = []
         self.router = NatsRouter()
         self.port: int | None = None
@@ -50,12 +54,19 @@ class GatewayService:
             quotas = Quotas(await _quota_bucket(nc.jetstream(), self.settings.common.subject_prefix))
         bus = self.bus = Bus(nc, self.settings.common)
         serving = Serving(Calls(self.settings, quotas, bus), bus, [w.name for w in self.pool.workers])
-        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[metered, openai_errors])
+        app = web.Application(
+            client_max_size=self.settings.max_body_bytes, middlewares=[metered, openai_errors]
+        )
         app.add_routes(routes(serving, self.keys, self.settings))
         # keepalive_timeout is aiohttp's only bound on reading headers: it runs from the connection's start and
         # from the end of each response, and partial header bytes do not extend it (a slow-loris client is closed).
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True,
-                                     keepalive_timeout=self.settings.header_timeout_s)  # fmt: skip
+        self._runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            handler_cancellation=True,
+            keepalive_timeout=self.settings.header_timeout_s,
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
         try:
@@ -69,7 +80,9 @@ class GatewayService:
 
     async def stop(self) -> None:
         if self._runner is not None:
-            await self._runner.cleanup()  # stops listening, then waits for in-flight requests (aiohttp's shutdown)
+            await (
+                self._runner.cleanup()
+            )  # stops listening, then waits for in-flight requests (aiohttp's shutdown)
             self._runner = None
 
 

@@ -34,7 +34,9 @@ from schemas.solve import (
 from services.gateway.errors import GatewayError
 
 _result_dec = msgspec.json.Decoder(SolveResult)
-BEAT_S = 2.0  # the executor's beat period while a solve runs; BEAT_MISSES silent periods = the executor is gone
+BEAT_S = (
+    2.0  # the executor's beat period while a solve runs; BEAT_MISSES silent periods = the executor is gone
+)
 BEAT_MISSES = 3
 _event_dec = msgspec.json.Decoder(ProgressEvent)
 
@@ -48,10 +50,19 @@ def store_refused(exc: js_errors.APIError, what: str) -> GatewayError:
     retry soon helps), anything else is a plain 503."""
     why = f"{exc.description or type(exc).__name__} (JetStream error {exc.err_code})"
     if store_full(exc):
-        return GatewayError(503, f"{what}: the NATS JetStream store is full: {why}", kind="service_unavailable",
-                            code="storage_full")  # fmt: skip
-    return GatewayError(503, f"{what}: JetStream refused the write: {why}", kind="service_unavailable",
-                        code="unavailable", retry_after=1)  # fmt: skip
+        return GatewayError(
+            503,
+            f"{what}: the NATS JetStream store is full: {why}",
+            kind="service_unavailable",
+            code="storage_full",
+        )
+    return GatewayError(
+        503,
+        f"{what}: JetStream refused the write: {why}",
+        kind="service_unavailable",
+        code="unavailable",
+        retry_after=1,
+    )
 
 
 def pending(task_id: str) -> GatewayError:
@@ -66,7 +77,9 @@ def pending(task_id: str) -> GatewayError:
 
 def undecodable(exc: msgspec.DecodeError) -> GatewayError:
     """A result the executor sent that does not decode: its fault, not the client's (never a 400)."""
-    return GatewayError(502, f"the executor's result does not decode: {exc}", kind="upstream_error", code="bad_result")
+    return GatewayError(
+        502, f"the executor's result does not decode: {exc}", kind="upstream_error", code="bad_result"
+    )
 
 
 def _decoded(data: bytes) -> SolveResult:
@@ -82,7 +95,9 @@ class Bus:
         self._settings = settings
         self._requests = Requester(nc)
         self._client = ConductorClient(settings, nc=nc, role=GATEWAY)
-        self.tenant = self._client.tenant  # the NATS user it connected as (``gateway`` in every deployment we ship)
+        self.tenant = (
+            self._client.tenant
+        )  # the NATS user it connected as (``gateway`` in every deployment we ship)
         self._solve = settings.subject(solve_subject(self.tenant))
 
     def pending(self) -> int:
@@ -96,12 +111,19 @@ class Bus:
         is cancelled (``cancel``) and its result, with what ran, still comes here to be settled."""
         try:
             msg = await self._requests.request(
-                self._solve, encode(req), timeout=timeout, beat_s=BEAT_S, misses=BEAT_MISSES, deadline=time.time() + timeout
+                self._solve,
+                encode(req),
+                timeout=timeout,
+                beat_s=BEAT_S,
+                misses=BEAT_MISSES,
+                deadline=time.time() + timeout,
             )
         except nats.errors.NoRespondersError as exc:
             raise unavailable("no executor is serving the solve API") from exc
         except ResponderLost as exc:
-            raise unavailable("the executor running the task stopped answering; the task was not finished") from exc
+            raise unavailable(
+                "the executor running the task stopped answering; the task was not finished"
+            ) from exc
         except TimeoutError as exc:
             raise pending(req.task_id or "") from exc
         except nats.errors.ConnectionClosedError as exc:
@@ -114,7 +136,9 @@ class Bus:
         try:
             task_id = await self._client.submit(req)
         except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
-            raise unavailable("the durable task queue did not accept the task (is JetStream enabled?)") from exc
+            raise unavailable(
+                "the durable task queue did not accept the task (is JetStream enabled?)"
+            ) from exc
         except js_errors.APIError as exc:
             raise store_refused(exc, "the durable task queue did not accept the task") from exc
         return await self.result(task_id, wait=timeout)
@@ -141,7 +165,9 @@ class Bus:
             with contextlib.suppress(msgspec.DecodeError):  # a malformed event is not the client's problem
                 queue.put_nowait(_event_dec.decode(msg.data))
 
-        sub = await self._nc.subscribe(self._settings.subject(progress_subject(self.tenant, task_id)), cb=on_event)
+        sub = await self._nc.subscribe(
+            self._settings.subject(progress_subject(self.tenant, task_id)), cb=on_event
+        )
         try:
             yield queue
         finally:

@@ -92,12 +92,17 @@ class Calls:
         hold = None
         if key.spend_usd_per_day is not None or key.max_in_flight is not None:
             usd = key.reserve_usd or self.settings.reserve_usd
-            hold = Hold(id=uuid.uuid4().hex, usd=usd, expires=time.time() + self.settings.solve_timeout_s + 60)
+            hold = Hold(
+                id=uuid.uuid4().hex, usd=usd, expires=time.time() + self.settings.solve_timeout_s + 60
+            )
         if self.quotas is not None:
             await self.quotas.admit(key, hold)
         if hold is not None and key.spend_usd_per_day is not None:
-            limit = hold.usd if solve.budget is None or solve.budget.max_cost_usd is None else min(
-                hold.usd, solve.budget.max_cost_usd)  # fmt: skip
+            limit = (
+                hold.usd
+                if solve.budget is None or solve.budget.max_cost_usd is None
+                else min(hold.usd, solve.budget.max_cost_usd)
+            )
             budget = msgspec.structs.replace(solve.budget or Budget(), max_cost_usd=limit)
             solve = msgspec.structs.replace(solve, budget=budget)
         return solve, hold

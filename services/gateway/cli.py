@@ -15,7 +15,9 @@ def _cmd_gateway_key(args: argparse.Namespace) -> int:
     if not NAME.match(args.name):
         print("conductor gateway-key: --name must be 1-64 letters, digits, '.', '_' or '-'", file=sys.stderr)
         return 2
-    if (args.rpm is not None and args.rpm < 1) or (args.spend_usd_per_day is not None and args.spend_usd_per_day <= 0):
+    if (args.rpm is not None and args.rpm < 1) or (
+        args.spend_usd_per_day is not None and args.spend_usd_per_day <= 0
+    ):
         print("conductor gateway-key: --rpm must be >= 1 and --spend-usd-per-day > 0", file=sys.stderr)
         return 2
     key, entry = new_key(args.name)

@@ -18,10 +18,15 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     common: CommonSettings
     host: Annotated[
         str,
-        Env("CONDUCTOR_GATEWAY_HOST", "Address the HTTP door binds; a cluster sets 0.0.0.0, a laptop should not."),
+        Env(
+            "CONDUCTOR_GATEWAY_HOST",
+            "Address the HTTP door binds; a cluster sets 0.0.0.0, a laptop should not.",
+        ),
     ] = "127.0.0.1"
     port: Annotated[
-        int, msgspec.Meta(ge=0, le=65535), Env("CONDUCTOR_GATEWAY_PORT", "HTTP port of the door; 0 picks a free one.")
+        int,
+        msgspec.Meta(ge=0, le=65535),
+        Env("CONDUCTOR_GATEWAY_PORT", "HTTP port of the door; 0 picks a free one."),
     ] = 8080
     keys_file: Annotated[
         Path | None,
@@ -40,19 +45,28 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     max_body_bytes: Annotated[
         int,
         msgspec.Meta(ge=1024),
-        Env("CONDUCTOR_GATEWAY_MAX_BODY_BYTES", "Request bodies above this are refused with 413 before being read."),
+        Env(
+            "CONDUCTOR_GATEWAY_MAX_BODY_BYTES",
+            "Request bodies above this are refused with 413 before being read.",
+        ),
     ] = 1_048_576
     reserve_usd: Annotated[
         float,
         msgspec.Meta(gt=0),
-        Env("CONDUCTOR_GATEWAY_RESERVE_USD", "Dollars a request of a spend-limited key holds while it runs, and its "
+        Env(
+            "CONDUCTOR_GATEWAY_RESERVE_USD",
+            "Dollars a request of a spend-limited key holds while it runs, and its "
             "task's budget (a key's reserve_usd overrides it): the spend limit is then never overshot by more than "
-            "the calls in flight when it is reached."),
+            "the calls in flight when it is reached.",
+        ),
     ] = 0.05
     body_timeout_s: Annotated[
         PositiveSeconds,
-        Env("CONDUCTOR_GATEWAY_BODY_TIMEOUT_S", "A request body not read within this is refused with 408 (a slow "
-            "client cannot hold a connection open)."),
+        Env(
+            "CONDUCTOR_GATEWAY_BODY_TIMEOUT_S",
+            "A request body not read within this is refused with 408 (a slow "
+            "client cannot hold a connection open).",
+        ),
     ] = 10.0
     header_timeout_s: Annotated[
         PositiveSeconds,
@@ -72,7 +86,10 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     ] = 600.0
     keepalive_s: Annotated[
         PositiveSeconds,
-        Env("CONDUCTOR_GATEWAY_KEEPALIVE_S", "SSE comment lines this often while a streamed task runs (proxies)."),
+        Env(
+            "CONDUCTOR_GATEWAY_KEEPALIVE_S",
+            "SSE comment lines this often while a streamed task runs (proxies).",
+        ),
     ] = 15.0
 
     @classmethod

@@ -27,7 +27,14 @@ class GatewayError(Exception):
     """A request the gateway refuses, with its HTTP status and OpenAI error fields."""
 
     def __init__(
-        self, status: int, message: str, *, kind: str, code: str, param: str | None = None, retry_after: int | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str,
+        code: str,
+        param: str | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -38,7 +45,9 @@ class GatewayError(Exception):
         self.retry_after = retry_after
 
     def response(self) -> ErrorResponse:
-        return ErrorResponse(error=ErrorBody(message=self.message, type=self.kind, param=self.param, code=self.code))
+        return ErrorResponse(
+            error=ErrorBody(message=self.message, type=self.kind, param=self.param, code=self.code)
+        )
 
 
 def bad_request(message: str, param: str | None = None, code: str = "invalid_request") -> GatewayError:
@@ -47,7 +56,10 @@ def bad_request(message: str, param: str | None = None, code: str = "invalid_req
 
 def too_large(limit: int) -> GatewayError:
     return GatewayError(
-        413, f"request body over the limit of {limit} bytes", kind="invalid_request_error", code="payload_too_large"
+        413,
+        f"request body over the limit of {limit} bytes",
+        kind="invalid_request_error",
+        code="payload_too_large",
     )
 
 
@@ -97,15 +109,21 @@ def classify(exc: BaseException, request: web.Request) -> GatewayError | None:
         case web.HTTPException():
             code = _HTTP_CODES.get(exc.status, "http_error")
             detail = exc.text if exc.status == 413 and exc.text else exc.reason  # 413's text names the limit
-            return GatewayError(exc.status, f"{request.method} {request.path}: {detail}",
-                                kind="invalid_request_error", code=code)  # fmt: skip
+            return GatewayError(
+                exc.status,
+                f"{request.method} {request.path}: {detail}",
+                kind="invalid_request_error",
+                code=code,
+            )
         case msgspec.ValidationError():  # a body of the wrong shape (protocol.py): the field at fault
             return bad_request(f"invalid request: {exc}", field_of(exc))
         case msgspec.DecodeError():  # only request bodies are decoded unchecked here: the bus checks its own
             return bad_request(f"the body is not valid JSON: {exc}", code="invalid_json")
         case Exception():
             log.error("gateway handler failed", path=request.path, exc_info=exc)
-            return GatewayError(500, "the gateway failed on this request", kind="server_error", code="internal_error")
+            return GatewayError(
+                500, "the gateway failed on this request", kind="server_error", code="internal_error"
+            )
     return None
 
 

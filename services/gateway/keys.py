@@ -46,8 +46,12 @@ class ApiKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     sha256: str
     rpm: int | None = None
     spend_usd_per_day: float | None = None
-    max_in_flight: Annotated[int, msgspec.Meta(ge=1)] | None = None  # requests running at once, deployment-wide
-    reserve_usd: Annotated[float, msgspec.Meta(gt=0)] | None = None  # held per request while it runs (its budget)
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1)] | None = (
+        None  # requests running at once, deployment-wide
+    )
+    reserve_usd: Annotated[float, msgspec.Meta(gt=0)] | None = (
+        None  # held per request while it runs (its budget)
+    )
 
 
 ANONYMOUS = ApiKey(name="anonymous", sha256="0" * 64)
@@ -96,10 +100,16 @@ class KeyRing:
         """The key an ``Authorization: Bearer <key>`` header presents, or the 401."""
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise GatewayError(401, "missing API key: send 'Authorization: Bearer <key>'", kind="invalid_request_error",
-                               code="missing_api_key")  # fmt: skip
+            raise GatewayError(
+                401,
+                "missing API key: send 'Authorization: Bearer <key>'",
+                kind="invalid_request_error",
+                code="missing_api_key",
+            )
         token = token.strip()
-        key = self.lookup(token) if token.isascii() and token.isprintable() else None  # a key is printable ASCII
+        key = (
+            self.lookup(token) if token.isascii() and token.isprintable() else None
+        )  # a key is printable ASCII
         if key is None:
             raise GatewayError(401, "invalid API key", kind="invalid_request_error", code="invalid_api_key")
         return key

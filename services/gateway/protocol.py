@@ -69,7 +69,9 @@ class ChatCompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     domain: str | None = None
     cache: bool = False
     durable: bool = False
-    conductor_progress: bool = False  # stream progress events as extra chunks (choices: [], a `conductor` field)
+    conductor_progress: bool = (
+        False  # stream progress events as extra chunks (choices: [], a `conductor` field)
+    )
 
 
 # --- what a finished task is, in both shapes ---------------------------------------------------------------------

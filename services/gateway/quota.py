@@ -72,20 +72,30 @@ def admit_load(load: KeyLoad, key: ApiKey, now: float, hold: Hold | None = None)
     holds = load.live(now)
     if key.spend_usd_per_day is not None:
         held = sum(h.usd for h in holds) + (hold.usd if hold is not None else 0.0)
-        if load.spend_usd >= key.spend_usd_per_day or (hold is not None and load.spend_usd + held > key.spend_usd_per_day):
+        if load.spend_usd >= key.spend_usd_per_day or (
+            hold is not None and load.spend_usd + held > key.spend_usd_per_day
+        ):
             spent = f"${load.spend_usd:.6f} spent and ${held:.6f} held by requests running now"
             raise rate_limited(
                 f"key {key.name!r} reached its spend limit of ${key.spend_usd_per_day:g} for today (UTC): {spent}",
                 "spend_limit_exceeded",
-                (day + 1) * 86400 - now if not holds else 1,  # a running request may settle for less than it held
+                (day + 1) * 86400 - now
+                if not holds
+                else 1,  # a running request may settle for less than it held
             )
     if key.max_in_flight is not None and len(holds) >= key.max_in_flight:
-        raise rate_limited(f"key {key.name!r} has {len(holds)} requests running, its limit", "in_flight_limit_exceeded", 1)
+        raise rate_limited(
+            f"key {key.name!r} has {len(holds)} requests running, its limit", "in_flight_limit_exceeded", 1
+        )
     if key.rpm is not None and load.requests >= key.rpm:
         raise rate_limited(
-            f"key {key.name!r} reached its limit of {key.rpm} requests per minute", "rate_limit_exceeded", (minute + 1) * 60 - now
+            f"key {key.name!r} reached its limit of {key.rpm} requests per minute",
+            "rate_limit_exceeded",
+            (minute + 1) * 60 - now,
         )
-    return msgspec.structs.replace(load, requests=load.requests + 1, holds=[*holds, *([hold] if hold else [])])
+    return msgspec.structs.replace(
+        load, requests=load.requests + 1, holds=[*holds, *([hold] if hold else [])]
+    )
 
 
 def charge_load(load: KeyLoad, cost_usd: float, now: float, hold_id: str | None = None) -> KeyLoad:
@@ -115,7 +125,9 @@ class Quotas:
         """Settle a request: release its hold and add what it cost."""
         if not self.limited(key) or (hold is None and (key.spend_usd_per_day is None or cost_usd <= 0)):
             return
-        await self._update(key.name, lambda load: charge_load(load, cost_usd, self._clock(), hold and hold.id))
+        await self._update(
+            key.name, lambda load: charge_load(load, cost_usd, self._clock(), hold and hold.id)
+        )
 
     async def _update(self, name: str, change: Callable[[KeyLoad], KeyLoad]) -> None:
         for _ in range(CAS_TRIES):
@@ -139,5 +151,9 @@ class Quotas:
                     raise store_refused(exc, f"the quota record of key {name!r} was not written") from exc
             await asyncio.sleep(random.uniform(0, 0.005))
         raise GatewayError(
-            503, f"quota record for key {name!r} is too contended", kind="service_unavailable", code="quota_contended", retry_after=1
+            503,
+            f"quota record for key {name!r} is too contended",
+            kind="service_unavailable",
+            code="quota_contended",
+            retry_after=1,
         )

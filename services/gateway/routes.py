@@ -102,8 +102,12 @@ async def read_body(request: web.Request, decoder: msgspec.json.Decoder[T], sett
         async with asyncio.timeout(settings.body_timeout_s):
             body = await request.read()
     except TimeoutError:
-        raise GatewayError(408, f"the request body was not received within {settings.body_timeout_s:g}s",
-                           kind="invalid_request_error", code="request_timeout") from None  # fmt: skip
+        raise GatewayError(
+            408,
+            f"the request body was not received within {settings.body_timeout_s:g}s",
+            kind="invalid_request_error",
+            code="request_timeout",
+        ) from None
     try:
         return decoder.decode(body)
     except RecursionError:  # msgspec's bound on nesting: a malformed body like any other

@@ -87,15 +87,20 @@ class Serving:
     def model(self, name: str) -> ModelCard:
         """``GET /v1/models/{model}``."""
         if name not in {card.id for card in model_list(self.workers)}:
-            raise GatewayError(404, f"the model {name!r} does not exist", kind="invalid_request_error",
-                               code="model_not_found")  # fmt: skip
+            raise GatewayError(
+                404,
+                f"the model {name!r} does not exist",
+                kind="invalid_request_error",
+                code="model_not_found",
+            )
         return ModelCard(id=name)
 
     async def task(self, key: ApiKey, task_id: str) -> ChatCompletionResponse:
         """``GET /v1/conductor/tasks/{task_id}``: a durable task's stored result, for the key that made it only."""
         if not owns(key, task_id):
-            raise GatewayError(404, f"no task {task_id} for this key", kind="invalid_request_error",
-                               code="task_not_found")  # fmt: skip
+            raise GatewayError(
+                404, f"no task {task_id} for this key", kind="invalid_request_error", code="task_not_found"
+            )
         result = await self.bus.result(task_id, wait=0.0)
         return completion(result, CONDUCTOR_MODEL, int(time.time()))
 

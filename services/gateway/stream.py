@@ -72,7 +72,9 @@ async def send_events(request: web.Request, events: AsyncGenerator[object, None]
         async for event in events:
             if not response.prepared:
                 await response.prepare(request)
-            await response.write(b": keep-alive\n\n" if event is KEEPALIVE else b"data: " + encode(event) + b"\n\n")
+            await response.write(
+                b": keep-alive\n\n" if event is KEEPALIVE else b"data: " + encode(event) + b"\n\n"
+            )
     except ConnectionResetError:  # the client went away, noticed by a write before any cancellation
         return response
     except Exception as exc:

@@ -79,7 +79,9 @@ def _text(msg: ChatMessageIn, index: int) -> str:
     parts = []
     for j, part in enumerate(msg.content):
         if part.type != "text" or part.text is None:
-            raise bad_request(f"only text content parts are supported, got {part.type!r}", f"messages[{index}].content[{j}]")
+            raise bad_request(
+                f"only text content parts are supported, got {part.type!r}", f"messages[{index}].content[{j}]"
+            )
         parts.append(part.text)
     return "\n".join(parts)
 
@@ -99,7 +101,9 @@ def question_of(messages: list[ChatMessageIn]) -> str:
     current = texts[last].strip()
     if not current:
         raise bad_request("the last user message is empty", f"messages[{last}].content")
-    instructions = [t for m, t in zip(messages, texts, strict=True) if m.role in ("system", "developer") and t.strip()]
+    instructions = [
+        t for m, t in zip(messages, texts, strict=True) if m.role in ("system", "developer") and t.strip()
+    ]
     turns = [
         f"{m.role.capitalize()}: {t}"
         for m, t in zip(messages[:last], texts[:last], strict=True)
@@ -121,7 +125,9 @@ def solve_request(req: ChatCompletionRequest, worker_names: list[str], task_id: 
     if req.n != 1:
         raise bad_request("only n=1 is supported: a Conductor returns one answer", "n")
     if req.tools is not None or req.functions is not None:
-        raise bad_request("tool calls are not supported by the Conductor", "tools" if req.tools is not None else "functions")
+        raise bad_request(
+            "tool calls are not supported by the Conductor", "tools" if req.tools is not None else "functions"
+        )
     if req.response_format is not None and req.response_format.type != "text":
         raise bad_request("only response_format type 'text' is supported", "response_format.type")
     if req.max_rounds < 0:
@@ -188,7 +194,9 @@ def completion(result: SolveResult, model: str, created: int) -> ChatCompletionR
         created=created,
         model=model,
         choices=[
-            ChatCompletionChoice(message=ChatMessage(content=answer_of(result)), finish_reason=finish_reason(result))
+            ChatCompletionChoice(
+                message=ChatMessage(content=answer_of(result)), finish_reason=finish_reason(result)
+            )
         ],
         usage=usage_info(result.usage.total),
         conductor=conductor_info(result),
@@ -209,7 +217,12 @@ class Chunks:
         conductor: ConductorInfo | ProgressInfo | UnsetType = UNSET,
     ) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage, conductor=conductor
+            id=self.id,
+            created=self.created,
+            model=self.model,
+            choices=choices,
+            usage=usage,
+            conductor=conductor,
         )
 
     def role(self) -> ChatCompletionChunk:

@@ -107,7 +107,10 @@ class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True):
     ] = None
     kube_namespace: Annotated[
         str | None,
-        Env("CONDUCTOR_KUBE_NAMESPACE", "The namespace of CONDUCTOR_POLICY_DEPLOYMENT (the chart: the learner's own)."),
+        Env(
+            "CONDUCTOR_KUBE_NAMESPACE",
+            "The namespace of CONDUCTOR_POLICY_DEPLOYMENT (the chart: the learner's own).",
+        ),
     ] = None
     kubeconfig: Annotated[
         Path | None,
@@ -154,7 +157,9 @@ class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True):
     def from_env(cls, env: Mapping[str, str] | None = None) -> LearnerSettings:
         settings = read(cls, env)
         if settings.runtime_lora and not settings.policy_server_url:
-            raise SettingsError("CONDUCTOR_POLICY_RUNTIME_LORA is on but CONDUCTOR_POLICY_SERVER_URL is not set")
+            raise SettingsError(
+                "CONDUCTOR_POLICY_RUNTIME_LORA is on but CONDUCTOR_POLICY_SERVER_URL is not set"
+            )
         if settings.policy_deployment and not settings.kube_namespace:
             raise SettingsError("CONDUCTOR_POLICY_DEPLOYMENT is set but CONDUCTOR_KUBE_NAMESPACE is not")
         return settings
@@ -172,10 +177,16 @@ class LearnerService:
         p = common.subject_prefix
         self.router.subscriber(
             p + TRAIN_SUBJECT,
-            stream=JStream(Names.for_prefix(p).learner_jobs_stream, subjects=[p + TRAIN_SUBJECT],
-                           retention=RetentionPolicy.WORK_QUEUE, storage=StorageType.FILE),
+            stream=JStream(
+                Names.for_prefix(p).learner_jobs_stream,
+                subjects=[p + TRAIN_SUBJECT],
+                retention=RetentionPolicy.WORK_QUEUE,
+                storage=StorageType.FILE,
+            ),
             durable=JOBS_CONSUMER,
-            pull_sub=PullSub(batch_size=1, timeout=PULL_EXPIRY_S),  # one job at a time; replicas share the queue
+            pull_sub=PullSub(
+                batch_size=1, timeout=PULL_EXPIRY_S
+            ),  # one job at a time; replicas share the queue
             inbox_prefix=f"{inbox_prefix(user_of(common, self.name))}.".encode(),  # its own inbox (conductor/access.py)
             config=ConsumerConfig(ack_wait=ACK_WAIT_S),
             ack_policy=AckPolicy.MANUAL,
@@ -222,8 +233,13 @@ class LearnerService:
                 return asyncio.run_coroutine_threadsafe(client.score(rollouts), loop).result()
 
             def progress(stage: str, step: int, total: int, figures: dict) -> None:
-                event = TrainProgress(job_id=job.job_id, stage=stage, step=step, total=total,
-                                      figures={k: float(v) for k, v in figures.items() if isinstance(v, int | float)})  # fmt: skip
+                event = TrainProgress(
+                    job_id=job.job_id,
+                    stage=stage,
+                    step=step,
+                    total=total,
+                    figures={k: float(v) for k, v in figures.items() if isinstance(v, int | float)},
+                )
                 asyncio.run_coroutine_threadsafe(self._publish(event), loop)
 
             from services.learner.pipeline import run
@@ -234,9 +250,13 @@ class LearnerService:
             error = ErrorInfo(code=ErrorCode.BAD_REQUEST, message=str(exc), field="config")
         except RolloutError as exc:
             error = exc.info
-        except Exception as exc:  # a crash in training: reported, not retried blindly (the run resumes on resubmit)
+        except (
+            Exception
+        ) as exc:  # a crash in training: reported, not retried blindly (the run resumes on resubmit)
             log.exception("training job failed", job_id=job.job_id)
-            error = ErrorInfo(code=ErrorCode.INTERNAL, message=f"training failed: {type(exc).__name__}: {exc}"[:500])
+            error = ErrorInfo(
+                code=ErrorCode.INTERNAL, message=f"training failed: {type(exc).__name__}: {exc}"[:500]
+            )
         await self._publish(TrainProgress(job_id=job.job_id, stage="done", done=True, error=error))
         return error
 
@@ -256,17 +276,23 @@ class LearnerService:
 
         m, d, o = config.model, config.data, config.output
         tasks = [
-            msgspec.structs.replace(t, path=inside(f"data.tasks[{i}].path", t.path),
-                                    test_path=inside(f"data.tasks[{i}].test_path", t.test_path))
+            msgspec.structs.replace(
+                t,
+                path=inside(f"data.tasks[{i}].path", t.path),
+                test_path=inside(f"data.tasks[{i}].test_path", t.test_path),
+            )
             for i, t in enumerate(d.tasks)
-        ]  # fmt: skip
+        ]
         return msgspec.structs.replace(
             config,
             model=msgspec.structs.replace(m, path=inside("model.path", m.path)),
             data=msgspec.structs.replace(d, pool_file=inside("data.pool_file", d.pool_file), tasks=tasks),
-            output=msgspec.structs.replace(o, dir=inside("output.dir", output_dir or o.dir),
-                                           adapter_base=inside("output.adapter_base", o.adapter_base)),
-        )  # fmt: skip
+            output=msgspec.structs.replace(
+                o,
+                dir=inside("output.dir", output_dir or o.dir),
+                adapter_base=inside("output.adapter_base", o.adapter_base),
+            ),
+        )
 
     async def release(self, job_id: str, config: LearnerConfig) -> ErrorInfo | None:
         """Ship the run's finished policy: publish its adapter as a version, then bring the vLLM policy server to it
@@ -280,17 +306,31 @@ class LearnerService:
             if s.publish and final.adapter is not None:
                 assert self._broker is not None
                 published = await publish_adapter(
-                    self._broker.connection, final.adapter, base_dir=config.model_dir(), run=config.name,
-                    step=final.step, prefix=self.common.subject_prefix, max_bytes=s.version_max_bytes,
+                    self._broker.connection,
+                    final.adapter,
+                    base_dir=config.model_dir(),
+                    run=config.name,
+                    step=final.step,
+                    prefix=self.common.subject_prefix,
+                    max_bytes=s.version_max_bytes,
                     bucket_max_bytes=s.policies_max_bytes,
-                )  # fmt: skip
-                await self._publish(TrainProgress(job_id=job_id, stage="publish", step=1, total=1,
-                                                  figures={"bytes": float(published.size)}))  # fmt: skip
+                )
+                await self._publish(
+                    TrainProgress(
+                        job_id=job_id,
+                        stage="publish",
+                        step=1,
+                        total=1,
+                        figures={"bytes": float(published.size)},
+                    )
+                )
             elif s.publish:
                 log.info("no adapter to publish (output.adapter_rank = 0)", job_id=job_id, version=version)
             if s.runtime_lora:
                 if final.adapter is None:
-                    raise PolicyServerError("run-time LoRA loading needs the run's adapter: set output.adapter_rank")
+                    raise PolicyServerError(
+                        "run-time LoRA loading needs the run's adapter: set output.adapter_rank"
+                    )
                 assert s.policy_server_url is not None
                 await load_runtime_lora(s.policy_server_url, s.lora_name, str(final.adapter.resolve()))
             elif s.policy_deployment:
@@ -301,8 +341,12 @@ class LearnerService:
             code = ErrorCode.UNAVAILABLE if retry else ErrorCode.BAD_REQUEST
             return ErrorInfo(code=code, message=f"publishing {version}: {exc}", retryable=retry)
         except (KubeError, PolicyServerError) as exc:
-            log.error("the policy server was not brought to the new policy", job_id=job_id, version=version,
-                      error=str(exc))  # fmt: skip
+            log.error(
+                "the policy server was not brought to the new policy",
+                job_id=job_id,
+                version=version,
+                error=str(exc),
+            )
             return ErrorInfo(code=ErrorCode.UNAVAILABLE, message=f"shipping {version}: {exc}"[:500])
         return None
 

@@ -66,9 +66,14 @@ def _row(ep: Episode, completion: str, pool: Pool, config: LearnerConfig) -> dic
 
 
 def sft(
-    config: LearnerConfig, model_path: Path, rows: list[dict[str, Any]], out: Path, *, epochs: float,
+    config: LearnerConfig,
+    model_path: Path,
+    rows: list[dict[str, Any]],
+    out: Path,
+    *,
+    epochs: float,
     callbacks: Sequence[Any] = (),
-) -> Path:  # fmt: skip
+) -> Path:
     """Fine-tune ``model_path`` on ``rows`` (completion-only loss); the result as a full model at ``out``."""
     import torch
     from datasets import Dataset
@@ -101,9 +106,13 @@ def sft(
         seed=config.model.seed,
     )
     trainer = SFTTrainer(
-        model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-        peft_config=lora_config(config), callbacks=list(callbacks),
-    )  # fmt: skip
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=lora_config(config),
+        callbacks=list(callbacks),
+    )
     trainer.train(resume_from_checkpoint=resume)
     save_merged(trainer.model, tokenizer, out)
     shutil.rmtree(work, ignore_errors=True)  # the checkpoints served their purpose; the model is ``out``
@@ -135,9 +144,15 @@ def save_merged(model: Any, tokenizer: Any, out: Path) -> None:
 
 
 def rejection_rows(
-    model: Any, tokenizer: Any, problems: Sequence[Problem], pool: Pool, config: LearnerConfig,
-    reward: ConductorReward, *, logits_processor: Any = None,
-) -> tuple[list[dict[str, Any]], dict[str, float]]:  # fmt: skip
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    pool: Pool,
+    config: LearnerConfig,
+    reward: ConductorReward,
+    *,
+    logits_processor: Any = None,
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Sample, score over the rollout path, keep reward == 1; the rows and the stage's figures."""
     from services.learner.evaluate import fixed_episodes, generate
 
@@ -146,7 +161,13 @@ def rejection_rows(
     chosen = rng.sample(list(problems), min(c.rejection_questions, len(problems)))
     episodes = fixed_episodes(chosen, pool, config, "rejection")
     eps, texts = generate(
-        model, tokenizer, episodes, pool, config, samples=c.rejection_samples, logits_processor=logits_processor
+        model,
+        tokenizer,
+        episodes,
+        pool,
+        config,
+        samples=c.rejection_samples,
+        logits_processor=logits_processor,
     )
     scored = reward.score(eps, texts)
     kept = [s for s in scored if s.result.reward == CORRECT]

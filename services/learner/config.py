@@ -73,7 +73,9 @@ class TaskEntry(Source, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One ``[[data.tasks]]``: a task registry entry (tasks/registry.py: ``name``, ``path``, ``hub``, ``domains``;
     for ``jsonl`` also ``verifier``, ``domain``, ``fields``) and its share of the training draw."""
 
-    weight: PositiveFloat = 1.0  # relative: questions are drawn from the entries in proportion to their weights
+    weight: PositiveFloat = (
+        1.0  # relative: questions are drawn from the entries in proportion to their weights
+    )
     # The held-out split's file (an entry's ``test`` split read from it); empty: the test split of ``path`` (or of
     # the entry's own data), which must not share a question with the training split.
     test_path: str = ""
@@ -90,7 +92,9 @@ class DataSection(_Section):
     # The training mix: registry entries with weights (default: the whole sim family). Training draws questions
     # from the entries in proportion to their weights, each entry cycling through its train split.
     tasks: list[TaskEntry] = msgspec.field(default_factory=lambda: [TaskEntry(name="sim")])
-    pool_file: str = ""  # empty: the sim family's pool (tasks/data/sim_pool.toml); any other entry needs yours
+    pool_file: str = (
+        ""  # empty: the sim family's pool (tasks/data/sim_pool.toml); any other entry needs yours
+    )
     workers: list[str] = []  # the deployment workers the learner draws views from; empty: all of the pool's
     # Within an entry, draw questions domain by domain in turn, so a domain with more training questions does not
     # pull every domain's routing toward its own best worker (the policy's features are shared across domains).
@@ -129,7 +133,9 @@ class ColdStartSection(_Section):
     sft_epochs: PositiveFloat = 1.0
     sft_learning_rate: LearningRate = 2e-4
     sft_batch_size: Positive = 8
-    sft_save_steps: Positive = 16  # a checkpoint every N optimizer steps of any SFT stage: a stopped run resumes it
+    sft_save_steps: Positive = (
+        16  # a checkpoint every N optimizer steps of any SFT stage: a stopped run resumes it
+    )
     # Which synthetic topologies (services/learner/synthetic.py TOPOLOGIES) the SFT corpus uses; a small model
     # from scratch learns one- and two-step workflows far sooner than lists it must keep the same length.
     topologies: list[Literal["single", "chain", "fan_out", "verify_revise"]] = msgspec.field(
@@ -146,7 +152,9 @@ class ColdStartSection(_Section):
     search: bool = False
     search_questions: Positive = 512  # training questions searched, domains in turn; one SFT row each
     search_draws: Positive = 4  # fresh draws per candidate and question
-    search_prior: Annotated[float, Meta(ge=0)] = 8.0  # pseudo-draws of the candidate's domain mean (shrinkage)
+    search_prior: Annotated[float, Meta(ge=0)] = (
+        8.0  # pseudo-draws of the candidate's domain mean (shrinkage)
+    )
     search_cost_weight: Annotated[float, Meta(ge=0)] = 60.0  # value = shrunk mean reward - weight x mean $
     search_epochs: PositiveFloat = 2.0
     # > 0: each question's row is the cheapest candidate whose value is within this much reward of the best one's
@@ -161,7 +169,9 @@ class ColdStartSection(_Section):
 class GrpoSection(_Section):
     """TRL GRPOConfig values (docs/method.md §4 for the paper's); names follow TRL where they exist."""
 
-    steps: Annotated[int, Meta(ge=0)] = 200  # 0: no GRPO stage (a supervised-only run; its last stage is the policy)
+    steps: Annotated[int, Meta(ge=0)] = (
+        200  # 0: no GRPO stage (a supervised-only run; its last stage is the policy)
+    )
     questions_per_step: Positive = 4
     generations: Annotated[int, Meta(ge=2)] = 64  # G: rollouts per question
     micro_batch: Positive = 0  # per-device batch; 0: the whole step (questions x generations) at once
@@ -178,11 +188,15 @@ class GrpoSection(_Section):
     max_completion_tokens: Positive = 1024
     scale_rewards: Literal["group", "batch", "none"] = "batch"
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
-    cost_weight: Annotated[float, Meta(ge=0)] = 0.0  # reward -= cost_weight * $ of the rollout; off by default
+    cost_weight: Annotated[float, Meta(ge=0)] = (
+        0.0  # reward -= cost_weight * $ of the rollout; off by default
+    )
     max_masked_fraction: Fraction = 0.5  # more masked rewards in one step than this: a verifier storm, stop
     save_steps: Positive = 25
     logging_steps: Positive = 1
-    gradient_checkpointing: bool = False  # for SFT and GRPO: memory for compute (30% more); off on small models
+    gradient_checkpointing: bool = (
+        False  # for SFT and GRPO: memory for compute (30% more); off on small models
+    )
     seed: int = 0
 
 
@@ -299,7 +313,9 @@ def _refuse_old_data_keys(data: object) -> None:
         return
     family = data.get("family", "sim")
     domains = data.get("domains")
-    spelled = f'[[data.tasks]]\nname = "{family}"' + (f"\ndomains = {msgspec.json.encode(domains).decode()}" if domains else "")
+    spelled = f'[[data.tasks]]\nname = "{family}"' + (
+        f"\ndomains = {msgspec.json.encode(domains).decode()}" if domains else ""
+    )
     raise ConfigError(
         f"data.{old[0]}: the training data are registry entries now (tasks/registry.py); instead of "
         f"{' and '.join('data.' + k for k in old)} write:\n{spelled}"
@@ -319,18 +335,26 @@ def check(config: LearnerConfig) -> None:
             f"grpo.micro_batch ({g.micro_batch}) must divide the step's completions ({config.step_batch} = "
             f"{config.prompts_per_step} prompts x {g.generations} generations)"
         )
-    if config.recursion.fraction > 0 and config.recursion.first_round_scale < 1 and g.scale_rewards == "group":
+    if (
+        config.recursion.fraction > 0
+        and config.recursion.first_round_scale < 1
+        and g.scale_rewards == "group"
+    ):
         # Per-group std normalisation is scale-invariant: it would undo the first-round factor exactly.
         raise ConfigError(
             "grpo.scale_rewards = 'group' cancels recursion.first_round_scale (a group's rewards x 0.25 normalise "
             "to the same advantages); use 'batch' (normalised across rounds) or 'none'"
         )
-    if config.generation.use_vllm and config.generation.vllm_mode == "server" and not (
-        config.generation.vllm_server_base_url
+    if (
+        config.generation.use_vllm
+        and config.generation.vllm_mode == "server"
+        and not (config.generation.vllm_server_base_url)
     ):
         raise ConfigError("generation.vllm_server_base_url is required when vllm_mode = 'server'")
     if config.model.adapter and config.model.source == "tiny":
-        raise ConfigError("model.adapter applies to a pretrained base (source smollm2 or path), not a tiny model")
+        raise ConfigError(
+            "model.adapter applies to a pretrained base (source smollm2 or path), not a tiny model"
+        )
     if config.model.source == "path" and not config.model.path:
         raise ConfigError("model.path is required when model.source = 'path'")
 
@@ -346,9 +370,13 @@ def with_data(config: LearnerConfig, pairs: list[str]) -> LearnerConfig:
             raise ConfigError(f"--data expects NAME=PATH or NAME:test=PATH, got {pair!r}")
         hits = [i for i, t in enumerate(tasks) if registry.canonical(t.name) == _canonical(name)]
         if not hits:
-            raise ConfigError(f"--data {name}: no [[data.tasks]] entry is named so; they are {[t.name for t in tasks]}")
+            raise ConfigError(
+                f"--data {name}: no [[data.tasks]] entry is named so; they are {[t.name for t in tasks]}"
+            )
         for i in hits:
-            tasks[i] = msgspec.structs.replace(tasks[i], **({"test_path": path} if split == "test" else {"path": path, "hub": False}))
+            tasks[i] = msgspec.structs.replace(
+                tasks[i], **({"test_path": path} if split == "test" else {"path": path, "hub": False})
+            )
     data = msgspec.structs.replace(config.data, tasks=tasks)
     check_tasks(data)
     return msgspec.structs.replace(config, data=data)
@@ -365,7 +393,7 @@ def check_tasks(data: DataSection) -> None:
     """Every ``[[data.tasks]]`` names a registry entry with a train split, described as that entry reads it; no
     file is read here. The sim pool's workers know only sim questions: any other entry needs ``data.pool_file``."""
     if not data.tasks:
-        raise ConfigError("data.tasks: name at least one registry entry, e.g. [[data.tasks]] name = \"sim\"")
+        raise ConfigError('data.tasks: name at least one registry entry, e.g. [[data.tasks]] name = "sim"')
     for i, task in enumerate(data.tasks):
         try:
             registry.check(task).split("train")

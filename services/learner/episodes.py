@@ -88,7 +88,12 @@ def messages(episode: Episode, pool: Pool, data: DataSection) -> list[dict[str, 
     cards = pool.cards(pool.subset(episode.pool))
     domain = episode.domain if data.show_domain else None
     built = policy_messages(
-        episode.question, cards, episode.previous, max_steps=data.max_steps, domain=domain, style=data.prompt_style
+        episode.question,
+        cards,
+        episode.previous,
+        max_steps=data.max_steps,
+        domain=domain,
+        style=data.prompt_style,
     )
     return [{"role": m.role, "content": m.content} for m in built]
 

@@ -21,7 +21,9 @@ from services.learner.telemetry import by_domain, routing, specialists, summariz
 from tasks.problem import Problem
 
 
-def fixed_episodes(problems: Sequence[Problem], pool: Pool, config: LearnerConfig, seed: str) -> list[Episode]:
+def fixed_episodes(
+    problems: Sequence[Problem], pool: Pool, config: LearnerConfig, seed: str
+) -> list[Episode]:
     """One first-round episode per problem with a seeded view: the same set for every measurement of a run."""
     rng = random.Random(f"{seed}:{config.data.seed}")
     workers = view_workers(pool, config.data)
@@ -31,16 +33,24 @@ def fixed_episodes(problems: Sequence[Problem], pool: Pool, config: LearnerConfi
 def parses(text: str, episode: Episode, max_steps: int) -> bool:
     """Whether ``text`` is a valid workflow for ``episode`` (the one parser, conductor.workflow)."""
     try:
-        parse_completion(text, n_workers=len(episode.pool), max_steps=max_steps, allow_empty=episode.round > 0)
+        parse_completion(
+            text, n_workers=len(episode.pool), max_steps=max_steps, allow_empty=episode.round > 0
+        )
     except WorkflowFormatError:
         return False
     return True
 
 
 def generate(
-    model: Any, tokenizer: Any, episodes: Sequence[Episode], pool: Pool, config: LearnerConfig, *,
-    samples: int = 1, logits_processor: Any = None,
-) -> tuple[list[Episode], list[str]]:  # fmt: skip
+    model: Any,
+    tokenizer: Any,
+    episodes: Sequence[Episode],
+    pool: Pool,
+    config: LearnerConfig,
+    *,
+    samples: int = 1,
+    logits_processor: Any = None,
+) -> tuple[list[Episode], list[str]]:
     """``samples`` completions per episode, as parallel lists."""
     import torch
 
@@ -48,30 +58,48 @@ def generate(
     repeated = [ep for ep in episodes for _ in range(samples)]
     prompts = [messages(ep, pool, config.data) for ep in repeated]
     texts = sample(
-        model, tokenizer, prompts, temperature=config.grpo.temperature,
-        max_new_tokens=config.grpo.max_completion_tokens, logits_processor=logits_processor,
-    )  # fmt: skip
+        model,
+        tokenizer,
+        prompts,
+        temperature=config.grpo.temperature,
+        max_new_tokens=config.grpo.max_completion_tokens,
+        logits_processor=logits_processor,
+    )
     return repeated, texts
 
 
 def parse_rate(
-    model: Any, tokenizer: Any, episodes: Sequence[Episode], pool: Pool, config: LearnerConfig,
+    model: Any,
+    tokenizer: Any,
+    episodes: Sequence[Episode],
+    pool: Pool,
+    config: LearnerConfig,
     logits_processor: Any = None,
-) -> float:  # fmt: skip
+) -> float:
     eps, texts = generate(model, tokenizer, episodes, pool, config, logits_processor=logits_processor)
-    return sum(parses(t, e, config.data.max_steps) for t, e in zip(texts, eps, strict=True)) / max(1, len(eps))
+    return sum(parses(t, e, config.data.max_steps) for t, e in zip(texts, eps, strict=True)) / max(
+        1, len(eps)
+    )
 
 
 def held_out_reward(
-    model: Any, tokenizer: Any, episodes: Sequence[Episode], pool: Pool, config: LearnerConfig,
+    model: Any,
+    tokenizer: Any,
+    episodes: Sequence[Episode],
+    pool: Pool,
+    config: LearnerConfig,
     reward: ConductorReward,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Reward, parse rate and routing on held-out questions: ``data.eval_samples`` completions each, scored over NATS.
     Rewards are the paper's 1/0.5/0 (masked ones left out), without the training-time cost penalty or scale."""
     eps, texts = generate(model, tokenizer, episodes, pool, config, samples=config.data.eval_samples)
     scored = reward.score(eps, texts)
-    return {**summarize(scored), "by_domain": by_domain(scored), "parse_rate": _parse_rate(scored),
-            **routing(scored, specialists(pool))}  # fmt: skip
+    return {
+        **summarize(scored),
+        "by_domain": by_domain(scored),
+        "parse_rate": _parse_rate(scored),
+        **routing(scored, specialists(pool)),
+    }
 
 
 def _parse_rate(scored: list[Any]) -> float:

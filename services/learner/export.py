@@ -93,7 +93,9 @@ def export_adapter(
         module = _target(name)
         if module is None:
             if delta.abs().max().item() > UNCHANGED_ATOL:
-                raise ExportError(f"{name} differs from the base model and is not a LoRA target: not an adapter")
+                raise ExportError(
+                    f"{name} differs from the base model and is not a LoRA target: not an adapter"
+                )
             continue
         if delta.abs().max().item() == 0.0:
             continue
@@ -103,7 +105,9 @@ def export_adapter(
     if not updates:
         raise ExportError(f"{tuned_dir} does not differ from {base_dir}: nothing to export")
     targets = sorted({m.rsplit(".", 1)[-1] for m in updates})
-    lora = LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=rank, lora_alpha=rank, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM"
+    )
     peft_model = get_peft_model(model, lora)
     modules = dict(peft_model.base_model.model.named_modules())
     with torch.no_grad():

@@ -42,7 +42,9 @@ def open_list(text: str) -> str | None:
 class ListsGrammar:
     """``ListsGrammar(tokenizer, prompt_len)``: the processor for one ``generate`` call."""
 
-    _allowed_cache: ClassVar[dict[int, dict[str, list[int]]]] = {}  # per tokenizer: one pass over its vocabulary
+    _allowed_cache: ClassVar[
+        dict[int, dict[str, list[int]]]
+    ] = {}  # per tokenizer: one pass over its vocabulary
 
     def __init__(self, tokenizer: Any, prompt_len: int) -> None:
         self.tokenizer = tokenizer

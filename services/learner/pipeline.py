@@ -51,7 +51,9 @@ class Stages:
         return self.done[name]
 
 
-def run(config: LearnerConfig, score: Scorer, *, resume: bool = False, progress: Progress | None = None) -> dict:
+def run(
+    config: LearnerConfig, score: Scorer, *, resume: bool = False, progress: Progress | None = None
+) -> dict:
     """Every stage the config asks for; the figures of each (also in ``stages.json``), on ``model.threads`` CPU
     threads when set (torch's own count is restored after)."""
     if not config.model.threads:
@@ -70,7 +72,9 @@ def _run(config: LearnerConfig, score: Scorer, *, resume: bool, progress: Progre
     out = Path(config.output.dir)
     stages = Stages(out / "stages.json")
     if stages.done and not resume:
-        raise RunExistsError(f"{out} holds a run (stages {list(stages.done)}); pass --resume or another output.dir")
+        raise RunExistsError(
+            f"{out} holds a run (stages {list(stages.done)}); pass --resume or another output.dir"
+        )
     note = progress or (lambda *_: None)
     mix, pool = shares(config, "train"), load_run_pool(config)
     train = [p for share in mix for p in share.problems]
@@ -79,10 +83,15 @@ def _run(config: LearnerConfig, score: Scorer, *, resume: bool, progress: Progre
     reward = ConductorReward(score, config)
     grammar = _grammar(config)
 
-    def measured(name: str, path: Path, extra: dict[str, Any] | None = None, *, rewards: bool = False) -> Path:
+    def measured(
+        name: str, path: Path, extra: dict[str, Any] | None = None, *, rewards: bool = False
+    ) -> Path:
         if name not in stages.done:
             model, tok = policy.load(path)
-            figures = {"parse_rate": evaluate.parse_rate(model, tok, probe, pool, config, grammar), **(extra or {})}
+            figures = {
+                "parse_rate": evaluate.parse_rate(model, tok, probe, pool, config, grammar),
+                **(extra or {}),
+            }
             if rewards:
                 figures["held_out"] = evaluate.held_out_reward(model, tok, eval_eps, pool, config, reward)
             note(name, 1, 1, stages.record(name, figures))
@@ -94,25 +103,41 @@ def _run(config: LearnerConfig, score: Scorer, *, resume: bool, progress: Progre
         if "search" not in stages.done:
             note("search", 0, 1, {})
             rows, figures = _search_rows(config, train, pool, reward, out / "search_rows.json")
-            coldstart.sft(config, model_path, rows, out / "search", epochs=c.search_epochs,
-                          callbacks=[_progress("search", note)])  # fmt: skip
+            coldstart.sft(
+                config,
+                model_path,
+                rows,
+                out / "search",
+                epochs=c.search_epochs,
+                callbacks=[_progress("search", note)],
+            )
             measured("search", out / "search", figures)
         model_path = out / "search"
     if c.sft:
         if "sft" not in stages.done:
             note("sft", 0, 1, {})
             rows = coldstart.synthetic_rows(train, pool, config, c.sft_examples, seed=config.model.seed)
-            coldstart.sft(config, model_path, rows, out / "sft", epochs=c.sft_epochs, callbacks=[_progress("sft", note)])
+            coldstart.sft(
+                config, model_path, rows, out / "sft", epochs=c.sft_epochs, callbacks=[_progress("sft", note)]
+            )
         model_path = measured("sft", out / "sft")
     if c.rejection:
         if "rejection" not in stages.done:
             note("rejection", 0, 1, {})
             model, tok = policy.load(model_path)
-            rows, figures = coldstart.rejection_rows(model, tok, train, pool, config, reward, logits_processor=grammar)
+            rows, figures = coldstart.rejection_rows(
+                model, tok, train, pool, config, reward, logits_processor=grammar
+            )
             del model
             if rows:
-                coldstart.sft(config, model_path, rows, out / "rejection", epochs=c.rejection_epochs,
-                              callbacks=[_progress("rejection", note)])  # fmt: skip
+                coldstart.sft(
+                    config,
+                    model_path,
+                    rows,
+                    out / "rejection",
+                    epochs=c.rejection_epochs,
+                    callbacks=[_progress("rejection", note)],
+                )
             model_path = measured("rejection", out / "rejection" if rows else model_path, figures)
         else:
             model_path = out / "rejection" if (out / "rejection").is_dir() else model_path
@@ -131,8 +156,9 @@ def _run(config: LearnerConfig, score: Scorer, *, resume: bool, progress: Progre
         if config.output.adapter_rank and "adapter" not in stages.done:
             note("adapter", 0, 1, {})
             base = Path(config.output.adapter_base) if config.output.adapter_base else config.model_dir()
-            figures = export_adapter(base, final, out / "adapter", rank=config.output.adapter_rank,
-                                     card=policy_card(config, pool))  # fmt: skip
+            figures = export_adapter(
+                base, final, out / "adapter", rank=config.output.adapter_rank, card=policy_card(config, pool)
+            )
             model = load_with_adapter(base, out / "adapter")
             tok = policy.load_tokenizer(final)
             figures["parse_rate"] = evaluate.parse_rate(model, tok, probe, pool, config, grammar)
@@ -150,9 +176,15 @@ def policy_card(config: LearnerConfig, pool: Pool) -> PolicyCard:
     workers = view_workers(pool, d)
     fixed = not d.shuffle_view and d.k_min >= len(workers)
     view = view_fingerprint(pool.cards(workers)) if fixed else ""
-    return PolicyCard(prompt=d.prompt_style, show_domain=d.show_domain, max_steps=d.max_steps,  # type: ignore[arg-type]
-                      temperature=g.temperature, max_tokens=g.max_completion_tokens, trained_by=config.name,
-                      view=view)  # fmt: skip
+    return PolicyCard(
+        prompt=d.prompt_style,
+        show_domain=d.show_domain,
+        max_steps=d.max_steps,  # type: ignore[arg-type]
+        temperature=g.temperature,
+        max_tokens=g.max_completion_tokens,
+        trained_by=config.name,
+        view=view,
+    )
 
 
 def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -164,10 +196,15 @@ def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str
     c = config.cold_start
     started = time.perf_counter()
     found = search.search(train, pool, config, reward, seed=config.model.seed)
-    picks = search.choose(found, prior=c.search_prior, cost_weight=c.search_cost_weight, tolerance=c.search_tolerance)
+    picks = search.choose(
+        found, prior=c.search_prior, cost_weight=c.search_cost_weight, tolerance=c.search_tolerance
+    )
     rows = search.rows(picks, pool, config)
-    figures = {**search.figures(picks, specialists(pool)), "search_s": round(time.perf_counter() - started, 1),
-               "rollouts": sum(t.n for f in found for t in f.tallies)}  # fmt: skip
+    figures = {
+        **search.figures(picks, specialists(pool)),
+        "search_s": round(time.perf_counter() - started, 1),
+        "rollouts": sum(t.n for f in found for t in f.tallies),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"rows": rows, "figures": figures}))
     return rows, figures
@@ -183,7 +220,9 @@ def grpo_stage(
     reward.add_observer(metrics.observe)
     reward.add_observer(buffer.observe)
     reward.add_observer(rollout_log(out / "rollouts.jsonl"))
-    t = trainer(config, model_path, training_dataset(stream), reward, out / "grpo", [metrics, _progress("grpo", note)])
+    t = trainer(
+        config, model_path, training_dataset(stream), reward, out / "grpo", [metrics, _progress("grpo", note)]
+    )
     t.train(resume_from_checkpoint=last_checkpoint(out / "grpo") if resume else None)
     coldstart.save_merged(t.model, t.processing_class, out / "policy")
 

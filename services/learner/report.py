@@ -33,7 +33,9 @@ def plot(lines: list[dict[str, Any]], path: Path) -> None:
     for ax, (key, title) in zip(axes.flat, PANELS, strict=False):
         ax.plot(steps, [line.get(key) for line in lines], marker=".")
         if key == "reward_mean":
-            ax.plot(steps, _smooth([line.get(key) for line in lines]), color="black", label="moving mean (10)")
+            ax.plot(
+                steps, _smooth([line.get(key) for line in lines]), color="black", label="moving mean (10)"
+            )
             ax.legend()
         ax.set_title(title)
         ax.set_xlabel("step")
@@ -63,8 +65,12 @@ def _workers(ax: Any, lines: list[dict[str, Any]], steps: list[int]) -> None:
     names = sorted({w for line in lines for w in line.get("workers", {})})
     shares = []
     for name in names:
-        shares.append([line.get("workers", {}).get(name, 0) / max(1, sum(line.get("workers", {}).values()))
-                       for line in lines])  # fmt: skip
+        shares.append(
+            [
+                line.get("workers", {}).get(name, 0) / max(1, sum(line.get("workers", {}).values()))
+                for line in lines
+            ]
+        )
     if names:
         ax.stackplot(steps, *shares, labels=names)
         ax.legend(loc="upper left", fontsize=7)

@@ -78,11 +78,18 @@ class ConductorReward:
         self._observers.append(observer)
 
     def __call__(
-        self, prompts: list[Any], completions: list[Any], episode: list[str], trainer_state: Any = None, **_: Any
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        episode: list[str],
+        trainer_state: Any = None,
+        **_: Any,
     ) -> list[float | None]:
         step = int(getattr(trainer_state, "global_step", 0) or 0)
         started = time.perf_counter()
-        scored = self.score([from_column(e) for e in episode], [completion_text(c) for c in completions], step)
+        scored = self.score(
+            [from_column(e) for e in episode], [completion_text(c) for c in completions], step
+        )
         ended = time.perf_counter()
         for observe in self._observers:
             observe(scored, started, ended)
@@ -102,7 +109,11 @@ class ConductorReward:
         weight = self._config.grpo.cost_weight
         return [
             Scored(
-                episode=ep, completion=t, result=r, step=step, policy_version=version,
+                episode=ep,
+                completion=t,
+                result=r,
+                step=step,
+                policy_version=version,
                 reward=shape(r.reward, cost_usd=r.usage.cost_usd, cost_weight=weight, scale=ep.scale).value,
             )
             for ep, t, r in zip(episodes, texts, results, strict=True)

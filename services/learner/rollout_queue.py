@@ -101,7 +101,9 @@ class QueueTransport:
                 await self._send(keys, batch.rollouts, deadline)
             except _NoQueue:
                 if self._fallback is None:
-                    return RolloutBatchResult(error=_unavailable("no executor has declared the rollout work queue"))
+                    return RolloutBatchResult(
+                        error=_unavailable("no executor has declared the rollout work queue")
+                    )
                 log.info("no rollout work queue here; the batch goes by request/reply")
                 return await self._fallback(batch, timeout)
             except _Refused as exc:
@@ -117,16 +119,27 @@ class QueueTransport:
             payload = encode(RolloutItem(key=key, rollout=r, deadline=deadline))
             try:
                 # The key is the message id too: a publish sent again after a lost acknowledgement is stored once.
-                await self._js.publish(self._work, payload, timeout=PUBLISH_TIMEOUT_S, stream=self._stream,
-                                       headers={"Nats-Msg-Id": key})  # fmt: skip
+                await self._js.publish(
+                    self._work,
+                    payload,
+                    timeout=PUBLISH_TIMEOUT_S,
+                    stream=self._stream,
+                    headers={"Nats-Msg-Id": key},
+                )
             except js_errors.NoStreamResponseError:
                 raise _NoQueue from None
             except nats.errors.MaxPayloadError:
-                raise _Refused(ErrorInfo(code=ErrorCode.PAYLOAD_TOO_LARGE, field="rollouts",
-                                         message=f"a rollout ({len(payload)} bytes) exceeds the NATS server's "
-                                         "max_payload")) from None  # fmt: skip
+                raise _Refused(
+                    ErrorInfo(
+                        code=ErrorCode.PAYLOAD_TOO_LARGE,
+                        field="rollouts",
+                        message=f"a rollout ({len(payload)} bytes) exceeds the NATS server's max_payload",
+                    )
+                ) from None
             except (TimeoutError, nats.errors.Error, js_errors.Error) as exc:
-                raise _Refused(_unavailable(f"the rollout work queue did not take an item: {exc!r}")) from None
+                raise _Refused(
+                    _unavailable(f"the rollout work queue did not take an item: {exc!r}")
+                ) from None
 
         await asyncio.gather(*(one(k, r) for k, r in zip(keys, rollouts, strict=True)))
 
@@ -140,9 +153,12 @@ class QueueTransport:
         while pending:
             left = deadline - time.time()
             if left <= 0:
-                return ErrorInfo(code=ErrorCode.TIMEOUT, retryable=True,
-                                 message=f"no rollout outcome within {timeout:g} s for {len(pending)} of "
-                                 f"{len(futures)} rollouts")  # fmt: skip
+                return ErrorInfo(
+                    code=ErrorCode.TIMEOUT,
+                    retryable=True,
+                    message=f"no rollout outcome within {timeout:g} s for {len(pending)} of "
+                    f"{len(futures)} rollouts",
+                )
             done, pending = await asyncio.wait(pending, timeout=min(left, self._policy.beat_s))
             if any(f.result().error is not None for f in done):
                 return None  # refused before it ran: reported by _batch_result without waiting for the rest
@@ -164,7 +180,9 @@ class QueueTransport:
             return
         future = self._waiting.get(outcome.key)
         if future is None or future.done():
-            self.duplicates += 1  # a second outcome for its key, or one for an attempt given up: never counted
+            self.duplicates += (
+                1  # a second outcome for its key, or one for an attempt given up: never counted
+            )
             return
         future.set_result(outcome)
 
@@ -216,8 +234,11 @@ def _repeated_id(rollouts: Sequence[Rollout]) -> ErrorInfo | None:
     seen: set[str] = set()
     for k, r in enumerate(rollouts):
         if r.id in seen:
-            return ErrorInfo(code=ErrorCode.BAD_REQUEST, field=f"rollouts[{k}].id",
-                             message=f"rollout id {r.id!r} appears twice in the batch")  # fmt: skip
+            return ErrorInfo(
+                code=ErrorCode.BAD_REQUEST,
+                field=f"rollouts[{k}].id",
+                message=f"rollout id {r.id!r} appears twice in the batch",
+            )
         seen.add(r.id)
     return None
 
@@ -232,5 +253,7 @@ def _batch_result(futures: list[asyncio.Future[RolloutOutcome]]) -> RolloutBatch
             return RolloutBatchResult(error=msgspec.structs.replace(outcome.error, field=where))
     results = [o.result for o in outcomes if o is not None and o.result is not None]
     if len(results) != len(futures):
-        return RolloutBatchResult(error=ErrorInfo(code=ErrorCode.INTERNAL, message="a rollout outcome without a result"))
+        return RolloutBatchResult(
+            error=ErrorInfo(code=ErrorCode.INTERNAL, message="a rollout outcome without a result")
+        )
     return RolloutBatchResult(results=results)

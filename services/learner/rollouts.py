@@ -59,7 +59,9 @@ def nats_transport(requester: Requester, prefix: str, policy: CallPolicy | None 
     return send
 
 
-def rollout_transport(nc: Client, prefix: str, section: RolloutSection, policy: CallPolicy | None = None) -> Transport:
+def rollout_transport(
+    nc: Client, prefix: str, section: RolloutSection, policy: CallPolicy | None = None
+) -> Transport:
     """The transport ``section.placement`` names: ``pull`` — work items on the queue, batches by request/reply where
     no executor declared it — or ``queue`` — batches by request/reply (``nats_transport``)."""
     batches = nats_transport(Requester(nc), prefix, policy)

@@ -66,7 +66,9 @@ def _fit(worker: WorkerSpec) -> str:
     return text[:1].lower() + text[1:]
 
 
-def completion(c: Candidate, domain: str, workers: Sequence[WorkerSpec], reasoning: str = "ordinal_first") -> str:
+def completion(
+    c: Candidate, domain: str, workers: Sequence[WorkerSpec], reasoning: str = "ordinal_first"
+) -> str:
     """The candidate as a completion in the one fixed shape the SFT rows use (``workers``: the view, in order;
     ``reasoning``: config ``cold_start.search_reasoning``)."""
     fmt = FORMAT.get(domain, "Give the final answer.")
@@ -85,7 +87,9 @@ def completion(c: Candidate, domain: str, workers: Sequence[WorkerSpec], reasoni
         reasoning = f"{why}, so it solves it; Model {checkers[0]} then checks the answer{times}."
         tasks += [f"{CHECK} {fmt}"] * len(checkers)
         access += ["all"] * len(checkers)
-    return render_completion(reasoning, Workflow(model_id=list(c.ordinals), subtasks=tasks, access_list=access))
+    return render_completion(
+        reasoning, Workflow(model_id=list(c.ordinals), subtasks=tasks, access_list=access)
+    )
 
 
 @dataclass
@@ -193,13 +197,17 @@ def choose(
     return picks
 
 
-def rows(picks: Sequence[tuple[Episode, Candidate]], pool: Pool, config: LearnerConfig) -> list[dict[str, Any]]:
+def rows(
+    picks: Sequence[tuple[Episode, Candidate]], pool: Pool, config: LearnerConfig
+) -> list[dict[str, Any]]:
     """SFT rows (prompt, completion) for the chosen candidates."""
     style = config.cold_start.search_reasoning
     return [
         {
             "prompt": messages(ep, pool, config.data),
-            "completion": [{"role": "assistant", "content": completion(cand, ep.domain, pool.subset(ep.pool), style)}],
+            "completion": [
+                {"role": "assistant", "content": completion(cand, ep.domain, pool.subset(ep.pool), style)}
+            ],
         }
         for ep, cand in picks
     ]
@@ -214,5 +222,9 @@ def figures(picks: Sequence[tuple[Episode, Candidate]], specialists: dict[str, s
         if mine:
             share[domain] = sum(name in c.key(ep.pool)[1] for ep, c in mine) / len(mine)
     steps = sum(len(c.ordinals) for _, c in picks) / max(1, len(picks))
-    return {"rows": len(picks), "topologies": dict(topo), "mean_steps": round(steps, 3), "specialist_share": share}
-
+    return {
+        "rows": len(picks),
+        "topologies": dict(topo),
+        "mean_steps": round(steps, 3),
+        "specialist_share": share,
+    }

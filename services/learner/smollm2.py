@@ -59,15 +59,21 @@ def convert(out: Path) -> Path:
         )
         tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
     except Exception as exc:
-        raise ConvertError(f"transformers could not load {src}: {exc!r} (needs the gguf and accelerate packages)") from exc
-    config = AutoConfig.for_model(**{k: v for k, v in loaded.config.to_dict().items() if k != "quantization_config"})
+        raise ConvertError(
+            f"transformers could not load {src}: {exc!r} (needs the gguf and accelerate packages)"
+        ) from exc
+    config = AutoConfig.for_model(
+        **{k: v for k, v in loaded.config.to_dict().items() if k != "quantization_config"}
+    )
     config.torch_dtype = torch.float32
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     # Tied embeddings: the LM head is the embedding matrix, so it may be absent from the state dict.
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:
-        raise ConvertError(f"weights do not fit the rebuilt model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise ConvertError(
+            f"weights do not fit the rebuilt model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     model.tie_weights()
     model.save_pretrained(str(tmp), safe_serialization=True)
     tokenizer.save_pretrained(str(tmp))

@@ -53,7 +53,9 @@ def fresh_draw_pool(src: Path, out_dir: Path) -> Path:
 
     text = re.sub(r'(?m)^dataset\s*=\s*"([^"]*)"\s*$', absolute, text)
     path = out_dir / "pool.toml"
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:  # the learner and its services both ask
+    if (
+        not path.is_file() or path.read_text(encoding="utf-8") != text
+    ):  # the learner and its services both ask
         out_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     return path
@@ -68,7 +70,9 @@ def load_run_pool(config: LearnerConfig) -> Pool:
     want = config.workers
     for w in view_workers(pool, config.data):
         if want.max_tokens is not None and w.max_tokens != want.max_tokens:
-            raise ConfigError(f"workers.max_tokens = {want.max_tokens} but pool worker {w.name!r} has {w.max_tokens}")
+            raise ConfigError(
+                f"workers.max_tokens = {want.max_tokens} but pool worker {w.name!r} has {w.max_tokens}"
+            )
         if want.temperature is not None and w.temperature != want.temperature:
             raise ConfigError(
                 f"workers.temperature = {want.temperature} but pool worker {w.name!r} has {w.temperature}"
@@ -151,7 +155,9 @@ def _order(share: Share, task: TaskEntry) -> list[str]:
 
 
 class EpisodeStream:
-    def __init__(self, mix: Sequence[Share], pool: Pool, config: LearnerConfig, buffer: RecursionBuffer) -> None:
+    def __init__(
+        self, mix: Sequence[Share], pool: Pool, config: LearnerConfig, buffer: RecursionBuffer
+    ) -> None:
         self._mix = [s for s in mix if s.problems]
         self._pool = pool
         self._config = config

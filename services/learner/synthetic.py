@@ -96,10 +96,14 @@ def single(rng: random.Random, k: int, domain: str) -> tuple[str, Workflow]:
 def chain(rng: random.Random, k: int, domain: str) -> tuple[str, Workflow]:
     a, b = rng.randrange(k), rng.randrange(k)
     if rng.random() < 0.5:
-        why = f"This is {KIND.get(domain, 'a question')}. Model {a} plans, then Model {b} solves with the plan."
+        why = (
+            f"This is {KIND.get(domain, 'a question')}. Model {a} plans, then Model {b} solves with the plan."
+        )
         tasks = [_pick(rng, PLAN), _final(rng, _pick(rng, FOLLOW), domain)]
     else:
-        why = f"This is {KIND.get(domain, 'a question')}. Model {a} solves it and Model {b} checks the answer."
+        why = (
+            f"This is {KIND.get(domain, 'a question')}. Model {a} solves it and Model {b} checks the answer."
+        )
         tasks = [_final(rng, _pick(rng, SOLVE), domain), _final(rng, _pick(rng, CHECK), domain)]
     return why, _workflow([a, b], tasks, [[], "all"])
 
@@ -111,7 +115,9 @@ def fan_out(rng: random.Random, k: int, domain: str) -> tuple[str, Workflow]:
         f"This is {KIND.get(domain, 'a question')}. {n} independent attempts raise the chance that one is right; "
         f"then Model {ids[-1]} compares them."
     )
-    tasks = [_final(rng, _pick(rng, SOLVE), domain) for _ in range(n)] + [_final(rng, _pick(rng, AGGREGATE), domain)]
+    tasks = [_final(rng, _pick(rng, SOLVE), domain) for _ in range(n)] + [
+        _final(rng, _pick(rng, AGGREGATE), domain)
+    ]
     return why, _workflow(ids, tasks, [[] for _ in range(n)] + ["all"])
 
 
@@ -121,7 +127,11 @@ def verify_revise(rng: random.Random, k: int, domain: str) -> tuple[str, Workflo
         f"This is {KIND.get(domain, 'a question')}. Model {a} solves it, Model {b} looks for mistakes, "
         f"and Model {a} revises."
     )
-    tasks = [_final(rng, _pick(rng, SOLVE), domain), _pick(rng, CRITIQUE), _final(rng, _pick(rng, REVISE), domain)]
+    tasks = [
+        _final(rng, _pick(rng, SOLVE), domain),
+        _pick(rng, CRITIQUE),
+        _final(rng, _pick(rng, REVISE), domain),
+    ]
     return why, _workflow([a, b, a], tasks, [[], "all", "all"])
 
 

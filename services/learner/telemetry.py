@@ -53,7 +53,7 @@ def specialists(pool: Pool) -> dict[str, str]:
     """Per domain, the sim worker most likely to answer alone (routing figures; empty for a pool without sim)."""
     best: dict[str, tuple[float, str]] = {}
     for w in pool.workers:
-        for domain, p in (w.sim.skill.items() if w.sim is not None else ()):
+        for domain, p in w.sim.skill.items() if w.sim is not None else ():
             if p > best.get(domain, (-1.0, ""))[0]:
                 best[domain] = (p, w.name)
     return {d: name for d, (_, name) in best.items()}
@@ -72,15 +72,18 @@ def routing(scored: list[Scored], experts: dict[str, str]) -> dict[str, Any]:
             }
     shapes = Counter(
         " ".join("all" if st.access == "all" else str(st.access) for st in s.result.steps)
-        for s in scored if s.result.parsed and s.result.steps
-    )  # fmt: skip
+        for s in scored
+        if s.result.parsed and s.result.steps
+    )
     return {"specialist_share": share, "topologies": dict(shapes.most_common())}
 
 
 def by_domain(scored: list[Scored]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for domain in sorted({s.episode.domain for s in scored}):
-        rewards = [s.result.reward for s in scored if s.episode.domain == domain and s.result.reward is not None]
+        rewards = [
+            s.result.reward for s in scored if s.episode.domain == domain and s.result.reward is not None
+        ]
         out[domain] = statistics.fmean(rewards) if rewards else None
     return out
 
@@ -136,7 +139,9 @@ def metrics_callback(path: Path, stage: str = "grpo"):
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if self.pending is not None:
-                self.pending["trl"].update({k: v for k, v in (logs or {}).items() if isinstance(v, int | float)})
+                self.pending["trl"].update(
+                    {k: v for k, v in (logs or {}).items() if isinstance(v, int | float)}
+                )
 
         def on_train_end(self, args, state, control, **kwargs):
             self.flush()

@@ -30,7 +30,12 @@ STAMP = ".conductor-tiny"
 def corpus(questions: Iterable[Problem], *, seed: int = 0, completions: int = 2000) -> list[str]:
     """Text the tokenizer learns its merges from: prompt wording, questions and synthetic completions."""
     rng = random.Random(seed)
-    texts = [system_prompt(5), render_examples(), RECURSION_RULES, "Answer type: math mcq code\nModel 0: 1 2 3 4"]
+    texts = [
+        system_prompt(5),
+        render_examples(),
+        RECURSION_RULES,
+        "Answer type: math mcq code\nModel 0: 1 2 3 4",
+    ]
     domains = []
     for p in questions:
         texts.append(p.question)
@@ -60,7 +65,9 @@ def build_tokenizer(texts: list[str], vocab_size: int = 2048):
     return wrapped
 
 
-def build(out: Path, questions: Iterable[Problem], *, layers: int = 2, hidden: int = 96, seed: int = 0) -> Path:
+def build(
+    out: Path, questions: Iterable[Problem], *, layers: int = 2, hidden: int = 96, seed: int = 0
+) -> Path:
     """Write a fresh tiny model and its tokenizer to ``out`` (reused when already built with the stamp)."""
     if (out / STAMP).is_file():
         return out

@@ -70,7 +70,9 @@ def finished_policy(config: LearnerConfig) -> FinishedPolicy | None:
     adapter = out / "adapter"
     if "grpo" in done and (out / "policy").is_dir():
         exported = "adapter" in done and (adapter / "adapter_config.json").is_file()
-        return FinishedPolicy(model=out / "policy", adapter=adapter if exported else None, step=config.grpo.steps)
+        return FinishedPolicy(
+            model=out / "policy", adapter=adapter if exported else None, step=config.grpo.steps
+        )
     for stage in ("rejection", "sft"):
         if stage in done and (out / stage).is_dir():
             return FinishedPolicy(model=out / stage, adapter=None, step=0)
@@ -88,17 +90,32 @@ def base_fingerprint(base_dir: Path) -> str:
 
 
 async def publish_adapter(
-    nc: Any, adapter_dir: Path, *, base_dir: Path, run: str, step: int, prefix: str = "",
-    max_bytes: int = DEFAULT_MAX_BYTES, bucket_max_bytes: int = 0, base: str | None = None,
-) -> PolicyVersion:  # fmt: skip
+    nc: Any,
+    adapter_dir: Path,
+    *,
+    base_dir: Path,
+    run: str,
+    step: int,
+    prefix: str = "",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    bucket_max_bytes: int = 0,
+    base: str | None = None,
+) -> PolicyVersion:
     """Put ``adapter_dir`` (a peft adapter on the model at ``base_dir``) into the bucket as ``<run>@<step>``, then
     announce it; the announced ``PolicyVersion``. ``base`` skips computing the base's fingerprint."""
     if base is None:
         base = await asyncio.to_thread(base_fingerprint, base_dir)
     version = await put_version(
-        nc.jetstream(), Names.for_prefix(prefix).policies_bucket, adapter_dir, run=run, step=step, base=base,
-        base_name=str(base_dir), max_bytes=max_bytes, bucket_max_bytes=bucket_max_bytes,
-    )  # fmt: skip
+        nc.jetstream(),
+        Names.for_prefix(prefix).policies_bucket,
+        adapter_dir,
+        run=run,
+        step=step,
+        base=base,
+        base_name=str(base_dir),
+        max_bytes=max_bytes,
+        bucket_max_bytes=bucket_max_bytes,
+    )
     await nc.publish(announcement_subject(run, prefix), msgspec.json.encode(version))
     await nc.flush()
     log.info("policy version published", version=version.version, size=version.size, sha256=version.sha256)
@@ -122,7 +139,9 @@ async def load_runtime_lora(url: str, name: str, path: str, *, timeout_s: float 
 
 async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int, str]:
     try:
-        async with http.post(url, data=json.dumps(body), headers={"Content-Type": "application/json"}) as resp:
+        async with http.post(
+            url, data=json.dumps(body), headers={"Content-Type": "application/json"}
+        ) as resp:
             return resp.status, await resp.text()
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise PolicyServerError(f"{url}: {type(exc).__name__}: {exc}") from exc

@@ -40,7 +40,9 @@ class PlannerService:
         self._policy = policy
         self._check = check
         self.versions = (
-            VersionWatcher(policy, settings) if isinstance(policy, LocalPolicy) and settings.versions != "off" else None
+            VersionWatcher(policy, settings)
+            if isinstance(policy, LocalPolicy) and settings.versions != "off"
+            else None
         )
         self.planner = Planner(settings, policy, worker_policy=self._worker_policy)
         self._requester: Requester | None = None
@@ -70,9 +72,13 @@ class PlannerService:
             self._requester = Requester(broker.connection)
             if self.versions is not None:
                 await self.versions.start(broker.connection)
-        log.info("planner ready", policy=self._policy.name if self._policy else self.settings.policy,
-                 fallback=self.settings.fallback, resamples=self.settings.resamples,
-                 versions=self.settings.versions if self.versions else None)  # fmt: skip
+        log.info(
+            "planner ready",
+            policy=self._policy.name if self._policy else self.settings.policy,
+            fallback=self.settings.fallback,
+            resamples=self.settings.resamples,
+            versions=self.settings.versions if self.versions else None,
+        )
 
     async def stop(self) -> None:
         if self.versions is not None:
@@ -86,8 +92,14 @@ class PlannerService:
         with structlog.contextvars.bound_contextvars(task_id=req.task_id, round=req.round):
             reply = await self.planner.plan(req)
             metrics.plan_finished(reply, time.monotonic() - started)
-            log.info("planned", policy=reply.policy, steps=len(reply.workflow) if reply.workflow else None,
-                     attempts=reply.attempts, fallback=reply.fallback_used, error=reply.error and reply.error.code)  # fmt: skip
+            log.info(
+                "planned",
+                policy=reply.policy,
+                steps=len(reply.workflow) if reply.workflow else None,
+                attempts=reply.attempts,
+                fallback=reply.fallback_used,
+                error=reply.error and reply.error.code,
+            )
         return reply
 
 

@@ -121,9 +121,12 @@ def plan_baseline(spec: BaselineSpec, *, n_workers: int, max_steps: int) -> Base
             reasoning, steps = _consensus(min(spec.count or CONSENSUS_SAMPLES, max_steps - 1), worker)
     reasoning = f"Baseline {spec.name}: {reasoning}"
     workflow = build_workflow(
-        [m for m, _, _ in steps], [s for _, s, _ in steps], [a for _, _, a in steps],
-        n_workers=n_workers, max_steps=max_steps,
-    )  # fmt: skip
+        [m for m, _, _ in steps],
+        [s for _, s, _ in steps],
+        [a for _, _, a in steps],
+        n_workers=n_workers,
+        max_steps=max_steps,
+    )
     return BaselinePlan(
         reasoning=reasoning, workflow=workflow, completion=render_completion(reasoning, workflow)
     )

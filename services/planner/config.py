@@ -213,14 +213,21 @@ def serving(settings: PlannerSettings, card: PolicyCard | None) -> Serving:
             temperature=SAMPLING_TEMPERATURE if settings.temperature is None else settings.temperature,
             max_tokens=settings.max_tokens or MAX_COMPLETION_TOKENS,
         )
-    pinned = [("CONDUCTOR_POLICY_PROMPT", settings.prompt, card.prompt),
-              ("CONDUCTOR_POLICY_TEMPERATURE", settings.temperature, card.temperature),
-              ("CONDUCTOR_POLICY_MAX_TOKENS", settings.max_tokens, card.max_tokens)]  # fmt: skip
-    clashes = [f"{name}={mine} but the policy card says {theirs}" for name, mine, theirs in pinned
-               if mine is not None and mine != theirs]  # fmt: skip
+    pinned = [
+        ("CONDUCTOR_POLICY_PROMPT", settings.prompt, card.prompt),
+        ("CONDUCTOR_POLICY_TEMPERATURE", settings.temperature, card.temperature),
+        ("CONDUCTOR_POLICY_MAX_TOKENS", settings.max_tokens, card.max_tokens),
+    ]
+    clashes = [
+        f"{name}={mine} but the policy card says {theirs}"
+        for name, mine, theirs in pinned
+        if mine is not None and mine != theirs
+    ]
     if clashes:
-        raise ConfigError(f"{'; '.join(clashes)} (trained by {card.trained_by or 'an unnamed run'}); unset the "
-                          "variable to serve the card's value")  # fmt: skip
+        raise ConfigError(
+            f"{'; '.join(clashes)} (trained by {card.trained_by or 'an unnamed run'}); unset the "
+            "variable to serve the card's value"
+        )
     return Serving(card.prompt, card.temperature, card.max_tokens, card.show_domain)
 
 
@@ -269,8 +276,13 @@ def endpoint_check(
     """What the planner checks at start-up before it serves: an ``openai:`` policy's endpoint lists its model."""
     if settings.policy_kind != "openai":
         return None
-    return functools.partial(check_endpoint, name=settings.policy, model=settings.policy_arg,
-                             base_url=settings.base_url, api_key=_api_key(settings, os.environ if env is None else env))  # fmt: skip
+    return functools.partial(
+        check_endpoint,
+        name=settings.policy,
+        model=settings.policy_arg,
+        base_url=settings.base_url,
+        api_key=_api_key(settings, os.environ if env is None else env),
+    )
 
 
 def _api_key(settings: PlannerSettings, env: Mapping[str, str]) -> str:

@@ -102,7 +102,9 @@ class Planner:
         if name.startswith(WORKER_PREFIX):
             worker = name.removeprefix(WORKER_PREFIX).strip()
             if not worker or self.worker_policy is None:
-                raise BaselineError(f"{name!r}: name a pool worker (worker:<name>) on a planner that reaches them")
+                raise BaselineError(
+                    f"{name!r}: name a pool worker (worker:<name>) on a planner that reaches them"
+                )
             return self.worker_policy(worker)
         return parse_baseline(name.removeprefix("baseline:"))
 
@@ -143,10 +145,13 @@ class Planner:
             return self._fallback(req, PlanReply(policy=policy.name, error=info), backend=True)
         serve = serving(self.settings, card)
         messages = policy_messages(
-            req.question, req.workers, req.previous, max_steps=req.max_steps,
+            req.question,
+            req.workers,
+            req.previous,
+            max_steps=req.max_steps,
             domain=req.domain if serve.show_domain else None,
             style=serve.prompt if policy is self.policy else "examples",
-        )  # fmt: skip
+        )
         failures: list[str] = []
         rejected: list[RejectedSample] = []
         usage = Usage()
@@ -161,8 +166,15 @@ class Planner:
             except PromptTooLong as exc:
                 log.warning("prompt over the policy's context", policy=policy.name, error=str(exc))
                 info = ErrorInfo(code=ErrorCode.PLANNER_ERROR, message=str(exc), detail=exc.detail)
-                return PlanReply(policy=policy.name, completion=text, attempts=attempt - 1, format_failures=failures,
-                                 rejected=rejected, usage=usage, error=info)  # fmt: skip
+                return PlanReply(
+                    policy=policy.name,
+                    completion=text,
+                    attempts=attempt - 1,
+                    format_failures=failures,
+                    rejected=rejected,
+                    usage=usage,
+                    error=info,
+                )
             except PolicyError as exc:
                 if exc.field is not None:  # the request named something that does not exist: no fallback
                     return bad_request(str(exc), exc.field)

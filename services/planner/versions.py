@@ -74,8 +74,11 @@ class VersionWatcher:
             log.warning("undecodable policy announcement ignored", subject=msg.subject, error=str(exc))
             return
         if msg.subject != announcement_subject(version.run, self.prefix):
-            log.warning("policy announcement on another run's subject ignored", subject=msg.subject,
-                        version=version.version)  # fmt: skip
+            log.warning(
+                "policy announcement on another run's subject ignored",
+                subject=msg.subject,
+                version=version.version,
+            )
             return
         self._heard = version
         self._wake.set()
@@ -121,37 +124,55 @@ class VersionWatcher:
     async def apply(self, version: PolicyVersion) -> bool:
         """Load ``version`` into the local policy; False (logged, counted) when it was refused or skipped."""
         if self.pinned is not None and version.version != self.pinned:
-            log.info("policy version skipped: another one is pinned", version=version.version, pinned=self.pinned)
+            log.info(
+                "policy version skipped: another one is pinned", version=version.version, pinned=self.pinned
+            )
             return False
         active = self.policy.active
         if active is not None and active.sha256 == version.sha256:
             return True  # already served (announced again, or found at start-up and then announced)
         try:
             serving(self.settings, version.card)
-        except ConfigError as exc:  # an operator pinned a prompt or temperature these weights were not trained on
+        except (
+            ConfigError
+        ) as exc:  # an operator pinned a prompt or temperature these weights were not trained on
             return self._refused(version, "card_conflict", exc)
         try:
             base = await self.policy.base_fingerprint()
             if version.base != base:
-                raise VersionError("wrong_base", f"{version.version} is for the base {version.base}, not this "
-                                   f"planner's {base}")  # fmt: skip
+                raise VersionError(
+                    "wrong_base",
+                    f"{version.version} is for the base {version.base}, not this planner's {base}",
+                )
             with tempfile.TemporaryDirectory(prefix="conductor-policy-") as tmp:
                 adapter = await fetch(self._js, self.bucket, version, Path(tmp), max_bytes=self.max_bytes)
-                await self.policy.use_adapter(adapter, version=version.version, base=version.base,
-                                              sha256=version.sha256)  # fmt: skip
+                await self.policy.use_adapter(
+                    adapter, version=version.version, base=version.base, sha256=version.sha256
+                )
         except VersionError as exc:
             return self._refused(version, exc.reason, exc)
         except PolicyError as exc:
             return self._refused(version, "load_failed", exc)
         metrics.policy_version_load("ok")
         metrics.policy_version_served(version.version, version.base, version.sha256)
-        log.info("policy version loaded", version=version.version, sha256=version.sha256, size=version.size,
-                 base=version.base, previous=active.version if active else None)  # fmt: skip
+        log.info(
+            "policy version loaded",
+            version=version.version,
+            sha256=version.sha256,
+            size=version.size,
+            base=version.base,
+            previous=active.version if active else None,
+        )
         return True
 
     def _refused(self, version: PolicyVersion, reason: str, exc: Exception) -> bool:
         metrics.policy_version_load(reason)
         active = self.policy.active
-        log.warning("policy version refused; the served model stays", version=version.version, reason=reason,
-                    error=str(exc), serving=(active.version if active else None) or "the base model")  # fmt: skip
+        log.warning(
+            "policy version refused; the served model stays",
+            version=version.version,
+            reason=reason,
+            error=str(exc),
+            serving=(active.version if active else None) or "the base model",
+        )
         return False

@@ -102,8 +102,10 @@ def read_input(name: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{where} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); expected "
-                         "JSON lines of VerifyRequest") from None  # fmt: skip
+        raise InputError(
+            f"{where} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); expected "
+            "JSON lines of VerifyRequest"
+        ) from None
 
 
 def run_verify(args: argparse.Namespace) -> int:

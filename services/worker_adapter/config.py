@@ -32,11 +32,17 @@ class SharedSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     enabled: Annotated[
         bool,
-        Env("CONDUCTOR_WORKER_SHARED", "Share call records, the call cache and rate limits across replicas via KV."),
+        Env(
+            "CONDUCTOR_WORKER_SHARED",
+            "Share call records, the call cache and rate limits across replicas via KV.",
+        ),
     ] = True
     lease_s: Annotated[
         PositiveSeconds,
-        Env("CONDUCTOR_CALL_LEASE_S", "Call claims and slot holdings outlive a crashed replica by at most this."),
+        Env(
+            "CONDUCTOR_CALL_LEASE_S",
+            "Call claims and slot holdings outlive a crashed replica by at most this.",
+        ),
     ] = 15.0
     calls_ttl_s: Annotated[
         PositiveSeconds,
@@ -56,18 +62,27 @@ class WorkerAdapterSettings(msgspec.Struct, frozen=True, kw_only=True):
     shared: SharedSettings = SharedSettings()
     backoff_base_s: Annotated[
         Seconds,
-        Env("CONDUCTOR_RETRY_BACKOFF_BASE_S", "First wait before retrying a failed provider call; doubles per try."),
+        Env(
+            "CONDUCTOR_RETRY_BACKOFF_BASE_S",
+            "First wait before retrying a failed provider call; doubles per try.",
+        ),
     ] = 0.5
     backoff_max_s: Annotated[
         Seconds, Env("CONDUCTOR_RETRY_BACKOFF_MAX_S", "Ceiling of the exponential provider-retry backoff.")
     ] = 20.0
     retry_after_cap_s: Annotated[
         Seconds,
-        Env("CONDUCTOR_RETRY_AFTER_CAP_S", "A provider's Retry-After is honoured up to this, so no call parks for hours."),
+        Env(
+            "CONDUCTOR_RETRY_AFTER_CAP_S",
+            "A provider's Retry-After is honoured up to this, so no call parks for hours.",
+        ),
     ] = 60.0
     local_threads: Annotated[
         NonNegative,
-        Env("CONDUCTOR_LOCAL_THREADS", "torch intra-op threads for the `local` provider; 0 keeps torch's default."),
+        Env(
+            "CONDUCTOR_LOCAL_THREADS",
+            "torch intra-op threads for the `local` provider; 0 keeps torch's default.",
+        ),
     ] = 0
     allow_missing_keys: Annotated[
         bool,
@@ -105,5 +120,7 @@ def check_keys(pool: Pool, keys: Mapping[str, str], settings: WorkerAdapterSetti
     missing = missing_keys(pool, keys)
     if missing and not settings.allow_missing_keys:
         named = ", ".join(f"{worker!r} needs {env}" for worker, env in missing.items())
-        raise SettingsError(f"API keys not set: {named}; set them, or CONDUCTOR_ALLOW_MISSING_KEYS=1 to start "
-                            "anyway (those workers' calls fail)")  # fmt: skip
+        raise SettingsError(
+            f"API keys not set: {named}; set them, or CONDUCTOR_ALLOW_MISSING_KEYS=1 to start "
+            "anyway (those workers' calls fail)"
+        )

@@ -221,8 +221,12 @@ class WorkerAdapter:
                 left = remaining_s(current_deadline())
                 if left is not None and left <= wait:
                     # The requester stops waiting before the next try could start: a try now is paid for nobody.
-                    log.warning("worker call gave up: the requester's deadline comes first", worker=spec.name,
-                                attempt=attempt, error=exc.message)  # fmt: skip
+                    log.warning(
+                        "worker call gave up: the requester's deadline comes first",
+                        worker=spec.name,
+                        attempt=attempt,
+                        error=exc.message,
+                    )
                     return exc, attempt, dict(faults)
                 log.info(
                     "worker call retrying",

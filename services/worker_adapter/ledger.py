@@ -233,7 +233,10 @@ class CallLedger:
             outcome = await self._wait(key, entry.revision, record)
             if isinstance(outcome, Finished):
                 return Replay(outcome.reply, waited)
-            if outcome is not None and (taken := await self._take_over(key, digest, outcome, "lapsed")) is not None:
+            if (
+                outcome is not None
+                and (taken := await self._take_over(key, digest, outcome, "lapsed")) is not None
+            ):
                 return taken
 
     async def _wait(self, key: str, revision: int, record: Running) -> Finished | int | None:

@@ -141,8 +141,12 @@ def reserve(
     if others_want and mine >= fair_share(spec.concurrency, holders, wanted, me):
         free = 0  # at or above our share while someone waits: let them have the next free slot
     slots = min(need.slots, free)
-    grant = Grant(slots, _rate(need.requests, block.requests, spec.rpm, used_r),
-                  _rate(need.tokens, block.tokens, spec.tpm, used_t), window)  # fmt: skip
+    grant = Grant(
+        slots,
+        _rate(need.requests, block.requests, spec.rpm, used_r),
+        _rate(need.tokens, block.tokens, spec.tpm, used_t),
+        window,
+    )
     short = slots < need.slots
     if not (grant.slots or grant.requests or grant.tokens):
         fresh = load.wanted.get(me, 0.0) > now + lease_s / 2
@@ -349,8 +353,11 @@ class SharedLimits:
                 try:
                     await self._hold(st)
                 except (nats.errors.Error, SharedLimitsError) as exc:
-                    log.info("could not return slots; they lapse with their lease", worker=st.spec.name,
-                                error=repr(exc))  # fmt: skip
+                    log.info(
+                        "could not return slots; they lapse with their lease",
+                        worker=st.spec.name,
+                        error=repr(exc),
+                    )
 
     def cooling(self, spec: WorkerSpec) -> float:
         """Seconds this worker is still cooling down after a 429, as this replica's mirror knows it."""
@@ -416,8 +423,11 @@ class SharedLimits:
             if need is None:
                 return True  # the previous holder of the lock reserved enough for us too
             spec = st.spec
-            need = Need(slots=max(st.busy + st.demand - st.slots, need.slots), requests=need.requests,
-                        tokens=need.tokens)  # fmt: skip
+            need = Need(
+                slots=max(st.busy + st.demand - st.slots, need.slots),
+                requests=need.requests,
+                tokens=need.tokens,
+            )
             block = Need(
                 requests=max(math.ceil((spec.rpm or 0) * self.reserve_fraction), st.demand),
                 tokens=max(math.ceil((spec.tpm or 0) * self.reserve_fraction), tokens * st.demand),
@@ -426,9 +436,10 @@ class SharedLimits:
             try:
                 grant = await self._commit(
                     st,
-                    lambda load, at: reserve(load, self._owner, spec, need, block, at, lease_s=self.lease_s,
-                                             window=window),
-                )  # fmt: skip
+                    lambda load, at: reserve(
+                        load, self._owner, spec, need, block, at, lease_s=self.lease_s, window=window
+                    ),
+                )
             except (nats.errors.Error, SharedLimitsError) as exc:
                 log.warning(
                     "shared limits unavailable; calling on local limits", worker=spec.name, error=repr(exc)
@@ -462,9 +473,13 @@ class SharedLimits:
         async with st.lock:
             await self._commit(
                 st,
-                lambda load, now: (hold(load, self._owner, st.slots, st.demand > st.slots - st.busy, now,
-                                        lease_s=self.lease_s), None),
-            )  # fmt: skip
+                lambda load, now: (
+                    hold(
+                        load, self._owner, st.slots, st.demand > st.slots - st.busy, now, lease_s=self.lease_s
+                    ),
+                    None,
+                ),
+            )
 
     async def _commit(self, st: _Worker, change: Callable[[WorkerLoad, float], tuple[WorkerLoad, T]]) -> T:
         """Compare-and-set ``change(record)`` until it lands; an unchanged record is not written."""

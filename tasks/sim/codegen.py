@@ -57,14 +57,18 @@ def _stdin(nums: list[int]) -> str:
 
 
 READ = "n = int(input())\nnums = list(map(int, input().split()))\n"
-INPUT_SPEC = "The first line holds an integer n (1 <= n <= 100); the second line holds n integers separated by spaces."
+INPUT_SPEC = (
+    "The first line holds an integer n (1 <= n <= 100); the second line holds n integers separated by spaces."
+)
 
 
 STDIN_TEMPLATES = (
     Template(
         name="sum_divisible",
         params=tuple(range(2, 60)),
-        statement=lambda k: f"{INPUT_SPEC} Print the sum of those integers that are divisible by {k} (0 if none).",
+        statement=lambda k: (
+            f"{INPUT_SPEC} Print the sum of those integers that are divisible by {k} (0 if none)."
+        ),
         program=lambda k: READ + f"print(sum(x for x in nums if x % {k} == 0))\n",
         bugs=lambda k: [
             READ + f"print(sum(x for x in nums if x % {k} != 0))\n",
@@ -82,7 +86,9 @@ STDIN_TEMPLATES = (
             READ + f"print(sum(1 for x in nums if x >= {k}))\n",
             READ + f"print(sum(1 for x in nums if x < {k}))\n",
         ],
-        inputs=lambda r, k: [_stdin(_nums(r, -20, 30)) for _ in range(TESTS_PER_TASK - 1)] + [_stdin([k, k, k + 1])],
+        inputs=lambda r, k: (
+            [_stdin(_nums(r, -20, 30)) for _ in range(TESTS_PER_TASK - 1)] + [_stdin([k, k, k + 1])]
+        ),
     ),
     Template(
         name="kth_smallest",
@@ -184,8 +190,10 @@ FUNCTIONAL_TEMPLATES = (
             f"            cur = cur + 1 if x > {k} else 0\n            best = max(best, cur)\n        return best\n",
             f"class Solution:\n    def longestRun(self, nums):\n        return sum(1 for x in nums if x >= {k})\n",
         ],
-        inputs=lambda r, k: [[_nums(r, k - 6, k + 6, r.randint(1, 14))] for _ in range(TESTS_PER_TASK - 1)]
-        + [[[k, k, k - 1, k]]],
+        inputs=lambda r, k: (
+            [[_nums(r, k - 6, k + 6, r.randint(1, 14))] for _ in range(TESTS_PER_TASK - 1)]
+            + [[[k, k, k - 1, k]]]
+        ),
     ),
     Template(
         name="weighted_mod",
@@ -223,11 +231,13 @@ FUNCTIONAL_TEMPLATES = (
             "class Solution:\n    def shift(self, s):\n"
             f"        return ''.join(chr((ord(c) - 97 - {k}) % 26 + 97) for c in s)\n",
         ],
-        inputs=lambda r, k: [
-            ["".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(r.randint(1, 12)))]
-            for _ in range(TESTS_PER_TASK - 1)
-        ]
-        + [["xyz"]],
+        inputs=lambda r, k: (
+            [
+                ["".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(r.randint(1, 12)))]
+                for _ in range(TESTS_PER_TASK - 1)
+            ]
+            + [["xyz"]]
+        ),
     ),
     Template(
         name="words_of_length",
@@ -237,16 +247,20 @@ FUNCTIONAL_TEMPLATES = (
         statement=lambda k: (
             f"Given a list of strings words, return how many of them have exactly {k} characters."
         ),
-        program=lambda k: f"class Solution:\n    def countWords(self, words):\n        return sum(1 for w in words if len(w) == {k})\n",
+        program=lambda k: (
+            f"class Solution:\n    def countWords(self, words):\n        return sum(1 for w in words if len(w) == {k})\n"
+        ),
         bugs=lambda k: [
             f"class Solution:\n    def countWords(self, words):\n        return sum(1 for w in words if len(w) >= {k})\n",
             f"class Solution:\n    def countWords(self, words):\n        return sum(1 for w in words if len(w) <= {k})\n",
         ],
-        inputs=lambda r, k: [
-            [["ab" * r.randint(0, 3) + "c" * r.randint(0, k + 2) or "z" for _ in range(r.randint(1, 9))]]
-            for _ in range(TESTS_PER_TASK - 1)
-        ]
-        + [[["a" * k, "a" * (k + 1), "a" * max(1, k - 1)]]],
+        inputs=lambda r, k: (
+            [
+                [["ab" * r.randint(0, 3) + "c" * r.randint(0, k + 2) or "z" for _ in range(r.randint(1, 9))]]
+                for _ in range(TESTS_PER_TASK - 1)
+            ]
+            + [[["a" * k, "a" * (k + 1), "a" * max(1, k - 1)]]]
+        ),
     ),
 )
 

@@ -67,7 +67,11 @@ def divisor_sum(rng: random.Random) -> Iterator[Draft]:
 
 def linear(rng: random.Random) -> Iterator[Draft]:
     def draw(r: random.Random) -> tuple:
-        return (r.choice([i for i in range(-12, 13) if i not in (0, 1)]), r.randint(-60, 60), r.randint(-30, 30))
+        return (
+            r.choice([i for i in range(-12, 13) if i not in (0, 1)]),
+            r.randint(-60, 60),
+            r.randint(-30, 30),
+        )
 
     for a, b, x in _unique(rng, draw):
         c = a * x + b

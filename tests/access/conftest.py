@@ -17,13 +17,18 @@ from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
 
 SERVICES = ["executor", "planner", "worker-adapter", "verifier", "gateway"]
-TENANTS = ("acme", "beta")  # two tenants besides `client` and the gateway (CONDUCTOR_TENANTS), tests/access/test_tenants.py
+TENANTS = (
+    "acme",
+    "beta",
+)  # two tenants besides `client` and the gateway (CONDUCTOR_TENANTS), tests/access/test_tenants.py
 
 
 @dataclass(frozen=True)
 class Secured:
     server: NatsServer
-    env: dict[str, str]  # NATS_URL and CONDUCTOR_NATS_CREDENTIALS, as the commands hand them to their services
+    env: dict[
+        str, str
+    ]  # NATS_URL and CONDUCTOR_NATS_CREDENTIALS, as the commands hand them to their services
 
     def url(self, user: str) -> str:
         """A URL that logs in as ``user`` (the way an operator's or an attacker's plain client would)."""
@@ -60,8 +65,13 @@ GATEWAY_PORT = free_port()
 @contextlib.asynccontextmanager
 async def services_on(secured: Secured, **extra: str) -> AsyncIterator[CommonSettings]:
     """Every service in this process, as `serve all,gateway` runs them: one connection each, as its own user."""
-    env = {**secured.env, "CONDUCTOR_LOG_LEVEL": "WARNING", "CONDUCTOR_GATEWAY_ALLOW_ANONYMOUS": "true",
-           "CONDUCTOR_GATEWAY_PORT": str(GATEWAY_PORT), **extra}  # fmt: skip
+    env = {
+        **secured.env,
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+        "CONDUCTOR_GATEWAY_ALLOW_ANONYMOUS": "true",
+        "CONDUCTOR_GATEWAY_PORT": str(GATEWAY_PORT),
+        **extra,
+    }
     settings = CommonSettings.from_env(env)
     async with running(create_services(SERVICES, env), settings, name="access-test"):
         yield settings

@@ -40,7 +40,9 @@ async def test_a_job_runs_from_the_learners_stream_and_reports_as_the_learner(se
         await client.subscribe(LEARNER_PROGRESS.subject(job_id="j-secured"), cb=on_event)
         async with running(create_services(["learner"], env), CommonSettings.from_env(env), name="learner"):
             job = TrainJob(job_id="j-secured", config="[grpo]\ngenerations = 1\n")  # malformed: a typed error
-            await client.jetstream().publish(TRAIN_SUBJECT, msgspec.json.encode(job), headers={"Nats-Msg-Id": "j-s"})
+            await client.jetstream().publish(
+                TRAIN_SUBJECT, msgspec.json.encode(job), headers={"Nats-Msg-Id": "j-s"}
+            )
             for _ in range(200):
                 if events:
                     break
@@ -54,14 +56,20 @@ async def test_a_job_runs_from_the_learners_stream_and_reports_as_the_learner(se
 
 async def test_a_version_published_by_the_learner_is_hot_loaded_by_the_planner(secured, tiny_adapters):
     before = len(secured.log())
-    env = {**secured.env, "CONDUCTOR_LOG_LEVEL": "WARNING", "CONDUCTOR_POLICY": f"local:{tiny_adapters.base}",
-           "CONDUCTOR_POLICY_VERSIONS": "watch"}  # fmt: skip
+    env = {
+        **secured.env,
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+        "CONDUCTOR_POLICY": f"local:{tiny_adapters.base}",
+        "CONDUCTOR_POLICY_VERSIONS": "watch",
+    }
     (planner,) = create_services(["planner"], env)
     policy = planner._policy
     learner = await secured.connect("learner")
     try:
         async with running([planner], CommonSettings.from_env(env), name="planner"):
-            await publish_adapter(learner, tiny_adapters.a, base_dir=tiny_adapters.base, run="secured", step=3)
+            await publish_adapter(
+                learner, tiny_adapters.a, base_dir=tiny_adapters.base, run="secured", step=3
+            )
             for _ in range(600):
                 if policy.active is not None and policy.active.version == "secured@3":
                     break

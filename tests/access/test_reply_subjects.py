@@ -25,13 +25,18 @@ QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled
 
 
 def _refused() -> float:
-    return metrics.REGISTRY.get_sample_value("conductor_refused_replies_total", {"subject": SOLVE.subject}) or 0.0
+    return (
+        metrics.REGISTRY.get_sample_value("conductor_refused_replies_total", {"subject": SOLVE.subject})
+        or 0.0
+    )
 
 
 def _targets(victim: str) -> list[str]:
     return [
         f"$KV.{NAMES.results_bucket}.{task_key('client', victim)}",  # pre-create or overwrite a stored result
-        NAMES.result_subject("client", victim),  # a forged result event (dedup would then drop the genuine one)
+        NAMES.result_subject(
+            "client", victim
+        ),  # a forged result event (dedup would then drop the genuine one)
         f"$KV.{NAMES.checkpoints_bucket}.{task_key('client', victim)}",  # a checkpoint resumed as the victim's state
         f"$JS.API.STREAM.PURGE.{NAMES.result_events_stream}",  # the JetStream API with the executor's grants
         NAMES.submit("client"),  # a durable task submitted in the executor's name
@@ -76,8 +81,9 @@ async def test_a_request_into_the_requesters_inbox_is_answered(secured, services
     """The plain nats-py request of an operator's client (its own inbox prefix) is answered as before."""
     nc = await secured.connect("client")
     try:
-        msg = await nc.request(solve_subject("client"), encode(SolveRequest(question=QUESTION, reference="2")),
-                               timeout=30)  # fmt: skip
+        msg = await nc.request(
+            solve_subject("client"), encode(SolveRequest(question=QUESTION, reference="2")), timeout=30
+        )
     finally:
         await nc.close()
     result = msgspec.json.decode(msg.data, type=SolveResult)

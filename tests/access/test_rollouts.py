@@ -23,9 +23,15 @@ QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled
 
 def rollouts(n: int) -> list[Rollout]:
     names = [w.name for w in load_pool(None).workers]
-    completion = render_completion("One step.", Workflow(model_id=[1], subtasks=["Solve it."], access_list=[[]]))
-    return [Rollout(id=f"r{i}", question=QUESTION, pool=names, completion=completion, reference="2", domain="math")
-            for i in range(n)]  # fmt: skip
+    completion = render_completion(
+        "One step.", Workflow(model_id=[1], subtasks=["Solve it."], access_list=[[]])
+    )
+    return [
+        Rollout(
+            id=f"r{i}", question=QUESTION, pool=names, completion=completion, reference="2", domain="math"
+        )
+        for i in range(n)
+    ]
 
 
 async def test_the_learners_rollouts_are_pulled_and_answered_as_each_role(secured, services):

@@ -20,6 +20,7 @@ from tests.stack_round_trip import QUESTION, solve_submit_and_chat
 
 pytestmark = pytest.mark.nats
 
+
 async def test_solve_durable_task_and_chat_as_per_service_users(secured, services):
     before = len(secured.log())
     await solve_submit_and_chat(services, GATEWAY_PORT)  # the user `client`, from the credentials file
@@ -62,13 +63,21 @@ def test_conductor_solve_against_serve_all_with_its_embedded_server(tmp_path):
     request/reply solve and a durable one) then works as the user `client` from the credentials file."""
     from conductor.natsserver import free_port
 
-    env = {**os.environ, "NATS_URL": f"nats://127.0.0.1:{free_port()}", "CONDUCTOR_LOG_LEVEL": "WARNING",
-           "CONDUCTOR_METRICS_PORT": "off"}  # fmt: skip
+    env = {
+        **os.environ,
+        "NATS_URL": f"nats://127.0.0.1:{free_port()}",
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+        "CONDUCTOR_METRICS_PORT": "off",
+    }
     env.pop("CONDUCTOR_NATS_CREDENTIALS", None)
     log = tmp_path / "serve.log"
     with log.open("wb") as fh:
-        server = subprocess.Popen([sys.executable, "-m", "conductor.app.cli", "serve", "all", "--embedded-nats"],
-                                  env=env, stderr=fh, stdout=fh)  # fmt: skip
+        server = subprocess.Popen(
+            [sys.executable, "-m", "conductor.app.cli", "serve", "all", "--embedded-nats"],
+            env=env,
+            stderr=fh,
+            stdout=fh,
+        )
     try:
         deadline = time.monotonic() + 60
         while "clients: " not in log.read_text():
@@ -78,15 +87,26 @@ def test_conductor_solve_against_serve_all_with_its_embedded_server(tmp_path):
         client_env = {**env, **dict(kv.split("=", 1) for kv in line.removeprefix("clients: ").split())}
         assert "CONDUCTOR_NATS_CREDENTIALS" in client_env and "@" not in client_env["NATS_URL"]
         cli = [sys.executable, "-m", "conductor.app.cli"]
-        done = subprocess.run([*cli, "solve", QUESTION, "--domain", "math", "--reference", "2", "--json"],
-                              env=client_env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [*cli, "solve", QUESTION, "--domain", "math", "--reference", "2", "--json"],
+            env=client_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["verdict"]["outcome"] in {"correct", "incorrect"}
-        task = subprocess.run([*cli, "solve", QUESTION, "--detach"], env=client_env, capture_output=True,
-                              text=True, timeout=60)  # fmt: skip
+        task = subprocess.run(
+            [*cli, "solve", QUESTION, "--detach"], env=client_env, capture_output=True, text=True, timeout=60
+        )
         assert task.returncode == 0, task.stderr
-        fetched = subprocess.run([*cli, "result", task.stdout.strip(), "--wait", "30", "--json"], env=client_env,
-                                 capture_output=True, text=True, timeout=60)  # fmt: skip
+        fetched = subprocess.run(
+            [*cli, "result", task.stdout.strip(), "--wait", "30", "--json"],
+            env=client_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert fetched.returncode == 0, fetched.stderr
     finally:
         server.terminate()
@@ -104,15 +124,23 @@ async def test_a_call_claimed_by_another_replica_is_awaited_through_the_ledger(s
     env = {**secured.env, "CONDUCTOR_POOL": str(slow_pool(tmp_path, 0.5)), "CONDUCTOR_LOG_LEVEL": "WARNING"}
     settings = CommonSettings.from_env(env)
     messages = [ChatMessage(role="user", content=QUESTION)]
-    calls = [WorkRequest(worker="sim-math", messages=messages, task_id=f"ledger-{tmp_path.name}-{i}", idempotent=True)
-             for i in range(8)]  # fmt: skip
+    calls = [
+        WorkRequest(
+            worker="sim-math", messages=messages, task_id=f"ledger-{tmp_path.name}-{i}", idempotent=True
+        )
+        for i in range(8)
+    ]
     before = len(secured.log())
-    async with running(create_services(["worker-adapter"], env), settings, name="one"), \
-            running(create_services(["worker-adapter"], env), settings, name="two"):  # fmt: skip
+    async with (
+        running(create_services(["worker-adapter"], env), settings, name="one"),
+        running(create_services(["worker-adapter"], env), settings, name="two"),
+    ):
         executor = await secured.connect("executor")
         try:
             requester = Requester(executor)
-            replies = await asyncio.gather(*(requester.call(WORK, c, prefix="", timeout=30) for c in calls * 2))
+            replies = await asyncio.gather(
+                *(requester.call(WORK, c, prefix="", timeout=30) for c in calls * 2)
+            )
         finally:
             await executor.close()
     assert [r.error for r in replies] == [None] * len(replies)
@@ -135,7 +163,9 @@ async def test_a_hang_up_cancels_the_task_through_the_gateways_own_subject(secur
         body = json.dumps({"model": "refine:3", "messages": [{"role": "user", "content": QUESTION}]})
         async with aiohttp.ClientSession() as http:
             with pytest.raises(TimeoutError):  # hang up while the first of three 1-second steps runs
-                await asyncio.wait_for(http.post(f"http://127.0.0.1:{GATEWAY_PORT}/v1/chat/completions", data=body), 0.6)
+                await asyncio.wait_for(
+                    http.post(f"http://127.0.0.1:{GATEWAY_PORT}/v1/chat/completions", data=body), 0.6
+                )
         for _ in range(100):
             after = parse(metrics.exposition().decode())
             if delta(before, after, "conductor_tasks_total", outcome="cancelled"):

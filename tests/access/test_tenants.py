@@ -68,8 +68,12 @@ async def test_a_tenant_hears_its_own_progress_and_result_events_and_nobody_else
     async def own_event(msg) -> None:
         events.append(msgspec.json.decode(msg.data, type=SolveResult))
 
-    stolen = [f"conductor.progress.{TENANT}.>", f"conductor.results.{TENANT}.>", "conductor.progress.>",
-              "conductor.results.>"]  # fmt: skip
+    stolen = [
+        f"conductor.progress.{TENANT}.>",
+        f"conductor.results.{TENANT}.>",
+        "conductor.progress.>",
+        "conductor.results.>",
+    ]
     try:
         for subject in [*stolen, f"conductor.progress.{OTHER}.>", f"conductor.results.{OTHER}.>"]:
             await spy.subscribe(subject, cb=overheard)
@@ -79,8 +83,11 @@ async def test_a_tenant_hears_its_own_progress_and_result_events_and_nobody_else
         progress: list[ProgressEvent] = []
         async with ConductorClient(as_tenant(services, TENANT)) as client:
             assert client.tenant == TENANT
-            solved = await client.solve(SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60,
-                                        on_progress=progress.append)  # fmt: skip
+            solved = await client.solve(
+                SolveRequest(question=QUESTION, domain="math", reference="2"),
+                timeout=60,
+                on_progress=progress.append,
+            )
             task_id = await client.submit(SolveRequest(question=QUESTION, domain="math", reference="2"))
             stored = await client.result(task_id, wait=60)
         await _until(lambda: events, "acme's result event")
@@ -102,19 +109,26 @@ async def test_a_tenant_reads_only_its_own_stored_results_even_under_the_same_ta
     through the stream leader), the key listing of stream info, a watch. The same task id, submitted by both, is
     two tasks with two results; the default tenant `client` reads neither."""
     task_id = f"same-{uuid.uuid4().hex[:8]}"
-    async with ConductorClient(as_tenant(services, TENANT)) as a, ConductorClient(as_tenant(services, OTHER)) as b:
+    async with (
+        ConductorClient(as_tenant(services, TENANT)) as a,
+        ConductorClient(as_tenant(services, OTHER)) as b,
+    ):
         await a.submit(SolveRequest(question=QUESTION, domain="math", reference="2", task_id=task_id))
         mine = await a.result(task_id, wait=60)
         with pytest.raises(ResultNotReadyError):
             await b.result(task_id)
-        await b.submit(SolveRequest(question=OTHER_QUESTION, task_id=task_id))  # deduplicated per tenant, not across
+        await b.submit(
+            SolveRequest(question=OTHER_QUESTION, task_id=task_id)
+        )  # deduplicated per tenant, not across
         theirs = await b.result(task_id, wait=60)
         assert await a.result(task_id) == mine  # untouched by beta's task of the same id
     async with ConductorClient(services) as client:
         with pytest.raises(ResultNotReadyError):
             await client.result(task_id)
     assert mine.error is None and mine.verdict is not None and mine.task_id == task_id
-    assert theirs.error is None and theirs.verdict is None and theirs.task_id == task_id  # its own: no reference
+    assert (
+        theirs.error is None and theirs.verdict is None and theirs.task_id == task_id
+    )  # its own: no reference
 
     bucket, stream = NAMES.results_bucket, f"KV_{NAMES.results_bucket}"
     key = f"$KV.{bucket}.{TENANT}.{task_id}"
@@ -122,7 +136,10 @@ async def test_a_tenant_reads_only_its_own_stored_results_even_under_the_same_ta
         (f"$JS.API.DIRECT.GET.{stream}.{key}", b""),  # acme's key, named
         (f"$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.>", b""),  # any key
         (f"$JS.API.DIRECT.GET.{stream}", json.dumps({"last_by_subj": key}).encode()),  # the key in the body
-        (f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps({"last_by_subj": key}).encode()),  # through the leader
+        (
+            f"$JS.API.STREAM.MSG.GET.{stream}",
+            json.dumps({"last_by_subj": key}).encode(),
+        ),  # through the leader
         (f"$JS.API.STREAM.INFO.{stream}", json.dumps({"subjects_filter": ">"}).encode()),  # every key's name
         (f"$JS.API.CONSUMER.CREATE.{stream}", b"{}"),  # a watch of the bucket
     ]
@@ -146,7 +163,9 @@ async def test_a_tenant_cannot_cancel_another_tenants_task(secured, tmp_path):
         spy, owner = await secured.connect(OTHER, errors), await secured.connect(TENANT)
         try:
             async with ConductorClient(as_tenant(settings, TENANT)) as a:
-                req = SolveRequest(question=QUESTION, policy="refine:3", task_id=f"slow-{uuid.uuid4().hex[:8]}")
+                req = SolveRequest(
+                    question=QUESTION, policy="refine:3", task_id=f"slow-{uuid.uuid4().hex[:8]}"
+                )
                 running = asyncio.create_task(a.solve(req, timeout=60))
                 await asyncio.sleep(0.5)  # the first step runs
                 ask = encode(CancelRequest(task_id=req.task_id or "", reason="not yours"))
@@ -158,16 +177,23 @@ async def test_a_tenant_cannot_cancel_another_tenants_task(secured, tmp_path):
                 again = msgspec.structs.replace(req, task_id=f"slow-{uuid.uuid4().hex[:8]}")
                 running = asyncio.create_task(a.solve(again, timeout=60))
                 await asyncio.sleep(0.5)
-                await owner.publish(cancel_subject(TENANT, again.task_id or ""),
-                                    encode(CancelRequest(task_id=again.task_id or "", reason="mine")))  # fmt: skip
+                await owner.publish(
+                    cancel_subject(TENANT, again.task_id or ""),
+                    encode(CancelRequest(task_id=again.task_id or "", reason="mine")),
+                )
                 stopped = await running
         finally:
             await spy.close()
             await owner.close()
     assert ran.error is None and [len(r.steps) for r in ran.workflows] == [3], ran.error
-    assert [e for e in refusals(errors, "publish")] and all(f"conductor.cancel.{TENANT}." in e for e in
-                                                            refusals(errors, "publish"))  # fmt: skip
-    assert stopped.error is not None and stopped.error.code == ErrorCode.CANCELLED and "mine" in stopped.error.message
+    assert [e for e in refusals(errors, "publish")] and all(
+        f"conductor.cancel.{TENANT}." in e for e in refusals(errors, "publish")
+    )
+    assert (
+        stopped.error is not None
+        and stopped.error.code == ErrorCode.CANCELLED
+        and "mine" in stopped.error.message
+    )
     assert sum(s.error is None for r in stopped.workflows for s in r.steps) == 1
 
 
@@ -189,11 +215,18 @@ async def test_through_the_gateway_a_key_fetches_only_its_own_tasks(secured, tmp
     async with services_on(secured, CONDUCTOR_GATEWAY_KEYS_FILE=str(keys)) as settings:
         async with aiohttp.ClientSession() as http:
             for name, key in (("a", key_a), ("b", key_b)):
-                body = {"model": "conductor", "messages": [{"role": "user", "content": QUESTION}], "durable": True}
+                body = {
+                    "model": "conductor",
+                    "messages": [{"role": "user", "content": QUESTION}],
+                    "durable": True,
+                }
                 async with http.post(f"{url}/v1/chat/completions", json=body, headers=auth(key)) as resp:
                     assert resp.status == 200, await resp.text()
                     reply = await resp.json()
-                ids[name], answers[name] = reply["conductor"]["task_id"], reply["choices"][0]["message"]["content"]
+                ids[name], answers[name] = (
+                    reply["conductor"]["task_id"],
+                    reply["choices"][0]["message"]["content"],
+                )
             fetched = {}
             for name, key, other in (("a", key_a, "b"), ("b", key_b, "a")):
                 async with http.get(f"{url}/v1/conductor/tasks/{ids[name]}", headers=auth(key)) as resp:
@@ -210,7 +243,9 @@ async def test_through_the_gateway_a_key_fetches_only_its_own_tasks(secured, tmp
         try:
             bucket = NAMES.results_bucket
             with pytest.raises(nats.errors.TimeoutError):
-                await spy.request(f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.gateway.{ids['a']}", b"", timeout=0.5)
+                await spy.request(
+                    f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.gateway.{ids['a']}", b"", timeout=0.5
+                )
             await _until(lambda: refusals(errors, "publish"), "the refusal")
         finally:
             await spy.close()

@@ -37,7 +37,9 @@ def cpu_hog(processes: int | None = None) -> Iterator[list[int]]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for _ in range(count):
-            procs.append(subprocess.Popen([sys.executable, "-c", _LOOP, str(os.getpid())], start_new_session=True))
+            procs.append(
+                subprocess.Popen([sys.executable, "-c", _LOOP, str(os.getpid())], start_new_session=True)
+            )
         yield [p.pid for p in procs]
     finally:
         for p in procs:

@@ -34,7 +34,9 @@ class FaultServer:
         self.rng = random.Random(seed)
         self.answered: Counter[str] = Counter()
         self.first_answered_at: dict[str, float] = {}  # wall clock, per conversation
-        self.trail: dict[str, list[tuple[float, str, float]]] = {}  # per conversation: (arrived, outcome, took_s)
+        self.trail: dict[
+            str, list[tuple[float, str, float]]
+        ] = {}  # per conversation: (arrived, outcome, took_s)
         self.faults: Counter[str] = Counter()
         self.requests = 0
         self.topic: dict[str, str] = {}  # per conversation: the task it belongs to ("Task 17")
@@ -52,7 +54,9 @@ class FaultServer:
             "reexecuted_first_at": [self.first_answered_at[k] for k, n in self.answered.items() if n > 1],
             "last_request_at": self.last_request_at,
             "reexecuted_trails": [
-                {"task": self.topic.get(k, ""), "requests": self.trail[k]} for k, n in self.answered.items() if n > 1
+                {"task": self.topic.get(k, ""), "requests": self.trail[k]}
+                for k, n in self.answered.items()
+                if n > 1
             ],
         }
 
@@ -94,9 +98,14 @@ class FaultServer:
         key = hashlib.sha256(json.dumps(req["messages"], sort_keys=True).encode()).hexdigest()
         arrived = time.time()
         status, extra, payload = await self._outcome(key, req)
-        if key not in self.topic and (named := re.search(r"Task \d+", json.dumps(req["messages"]))) is not None:
+        if (
+            key not in self.topic
+            and (named := re.search(r"Task \d+", json.dumps(req["messages"]))) is not None
+        ):
             self.topic[key] = named.group()
-        self.trail.setdefault(key, []).append((round(arrived, 3), status[:3], round(time.time() - arrived, 3)))
+        self.trail.setdefault(key, []).append(
+            (round(arrived, 3), status[:3], round(time.time() - arrived, 3))
+        )
         return status, extra, payload
 
     async def _outcome(self, key: str, req: dict) -> tuple[str, dict[str, str], dict]:
@@ -116,14 +125,20 @@ class FaultServer:
         self.answered[key] += 1
         self.first_answered_at.setdefault(key, time.time())
         text = f"Worked it out. Final answer: {key[:6]}"
-        return "200 OK", {}, {
-            "id": f"chatcmpl-{self.requests}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": req.get("model", "fault"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 40, "completion_tokens": 8, "total_tokens": 48},
-        }
+        return (
+            "200 OK",
+            {},
+            {
+                "id": f"chatcmpl-{self.requests}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": req.get("model", "fault"),
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 40, "completion_tokens": 8, "total_tokens": 48},
+            },
+        )
 
 
 async def main(port: int, fault_rate: float, seed: int, latency_s: float = 0.0) -> None:

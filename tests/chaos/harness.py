@@ -49,7 +49,9 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     wall_s: float = 0.0
     tasks_per_s: float = 0.0
     cpu_hogs: int = 0  # busy-loop processes beside the run
-    events: list[tuple[float, str]] = []  # (unix time, "kill" or "restart"): to match re-executed calls' trails
+    events: list[
+        tuple[float, str]
+    ] = []  # (unix time, "kill" or "restart"): to match re-executed calls' trails
     load_avg_max: float = 0.0  # the highest 1-minute load average seen while tasks ran
 
 
@@ -85,10 +87,10 @@ async def _count_results(js, names: Names) -> dict[str, SolveResult]:
     except (nats.js.errors.BucketNotFoundError, nats.js.errors.NoKeysError):
         return {}
     out = {}
-    for k in keys:
+    for k in keys:  # <tenant>.<task_id> (schemas.tasks.task_key): every task here is the tenant client's
         entry = await kv.get(k)
         if entry.value:
-            out[k] = msgspec.json.decode(entry.value, type=SolveResult)
+            out[k.partition(".")[2]] = msgspec.json.decode(entry.value, type=SolveResult)
     return out
 
 
@@ -120,9 +122,13 @@ async def run_chaos(
 ) -> ChaosReport:
     with cpu_hog(cpu_hogs) if cpu_hogs else contextlib.nullcontext():
         report = await _run_chaos(
-            tmp, tasks=tasks, executor_kills=executor_kills, nats_restarts=nats_restarts, fault_rate=fault_rate,
+            tmp,
+            tasks=tasks,
+            executor_kills=executor_kills,
+            nats_restarts=nats_restarts,
+            fault_rate=fault_rate,
             timeout_s=timeout_s,
-        )  # fmt: skip
+        )
     report.cpu_hogs = cpu_hogs
     return report
 
@@ -153,9 +159,13 @@ async def _run_chaos(
     }
     helpers_port, executor_port = free_port(), free_port()
     helpers = Service(
-        "planner,worker-adapter,verifier", {**env, "CONDUCTOR_METRICS_PORT": str(helpers_port)}, tmp / "helpers.log"
+        "planner,worker-adapter,verifier",
+        {**env, "CONDUCTOR_METRICS_PORT": str(helpers_port)},
+        tmp / "helpers.log",
     )
-    executor = Service("executor", {**env, "CONDUCTOR_METRICS_PORT": str(executor_port)}, tmp / "executor.log")
+    executor = Service(
+        "executor", {**env, "CONDUCTOR_METRICS_PORT": str(executor_port)}, tmp / "executor.log"
+    )
     report = ChaosReport(tasks=tasks, duplicate_submissions=tasks // 20)
     names = Names.for_prefix("")
     started = time.monotonic()
@@ -165,7 +175,9 @@ async def _run_chaos(
         settings = CommonSettings(nats_url=nats_server.url)
         async with ConductorClient(settings) as client:
             for i in range(tasks):
-                req = SolveRequest(question=f"Task {i}: what is {i} + {i}?", task_id=f"task-{i}", policy="refine:3")
+                req = SolveRequest(
+                    question=f"Task {i}: what is {i} + {i}?", task_id=f"task-{i}", policy="refine:3"
+                )
                 await client.submit(req)
                 if i % 20 == 0:
                     await client.submit(req)  # a duplicate submission: dropped by JetStream's dedup window

@@ -56,7 +56,9 @@ class Outage(msgspec.Struct, kw_only=True):
     done_at_ready: int = 0
     killed_at: float = 0.0
     ready_at: float = 0.0
-    resumed_after_s: float | None = None  # from the replacement being ready (or the kill, with another replica)
+    resumed_after_s: float | None = (
+        None  # from the replacement being ready (or the kill, with another replica)
+    )
 
 
 LOST_WINDOW_S = (3.0, 1.0)  # a call first answered this long before / after a kill may have been lost with it
@@ -89,8 +91,16 @@ class KillReport(msgspec.Struct, kw_only=True):
 class Fleet:
     """The nats-server, the fault provider and every service process, by kind."""
 
-    def __init__(self, tmp: Path, *, replicas: dict[str, int], latency_s: float, fault_rate: float,
-                 concurrency: int, env: dict[str, str]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        replicas: dict[str, int],
+        latency_s: float,
+        fault_rate: float,
+        concurrency: int,
+        env: dict[str, str],
+    ) -> None:
         self.tmp = tmp
         # As `serve all` runs it: a NATS user per service kind, each with only its role's permissions.
         self.nats = NatsServer.secured(port=free_port(), store_dir=tmp / "jetstream")
@@ -105,12 +115,22 @@ class Fleet:
     def start(self) -> None:
         self.nats.start()
         self.faults = subprocess.Popen(
-            [sys.executable, "-m", "tests.chaos.fault_server", *self._fault_args], stdout=subprocess.PIPE, cwd=ROOT
+            [sys.executable, "-m", "tests.chaos.fault_server", *self._fault_args],
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
         )
         assert self.faults.stdout is not None and self.faults.stdout.readline().strip() == b"ready"
         env = {
             **self.nats.env(),  # NATS_URL and the credentials file: each process connects as its own kind
-            "CONDUCTOR_POOL": str(pool_file(self.tmp, self.fault_port, concurrency=self.concurrency, timeout_s=10, name="kills_pool.toml")),
+            "CONDUCTOR_POOL": str(
+                pool_file(
+                    self.tmp,
+                    self.fault_port,
+                    concurrency=self.concurrency,
+                    timeout_s=10,
+                    name="kills_pool.toml",
+                )
+            ),
             "CONDUCTOR_LOG_LEVEL": "WARNING",
             "CONDUCTOR_METRICS_PORT": "off",
             "CONDUCTOR_DRAIN_TIMEOUT_S": "5",
@@ -210,14 +230,24 @@ async def run_kills(
     seed: int = 5,
 ) -> KillReport:
     """Submit ``tasks`` durable tasks and apply ``outages`` (kind, seconds down) at evenly spread progress."""
-    fleet = Fleet(tmp, replicas=replicas or {}, latency_s=latency_s, fault_rate=fault_rate,
-                  concurrency=concurrency, env=env or {})  # fmt: skip
+    fleet = Fleet(
+        tmp,
+        replicas=replicas or {},
+        latency_s=latency_s,
+        fault_rate=fault_rate,
+        concurrency=concurrency,
+        env=env or {},
+    )
     names = Names.for_prefix("")
     rng = random.Random(seed)
     report = KillReport(tasks=tasks, latency_s=latency_s)
     plan = [
-        Outage(kind=k, down_s=d, at_results=int(tasks * (i + 1) / (len(outages) + 1)),
-               replicas=(replicas or {}).get(k, 1))
+        Outage(
+            kind=k,
+            down_s=d,
+            at_results=int(tasks * (i + 1) / (len(outages) + 1)),
+            replicas=(replicas or {}).get(k, 1),
+        )
         for i, (k, d) in enumerate(outages)
     ]
     started = time.monotonic()
@@ -227,8 +257,14 @@ async def run_kills(
     try:
         async with ConductorClient(fleet.settings) as client:
             for i in range(tasks):
-                await client.submit(SolveRequest(question=f"Task {i}: what is {i} + {i}?", task_id=f"task-{i}",
-                                                 policy="refine:2", reference=str(2 * i)))  # fmt: skip
+                await client.submit(
+                    SolveRequest(
+                        question=f"Task {i}: what is {i} + {i}?",
+                        task_id=f"task-{i}",
+                        policy="refine:2",
+                        reference=str(2 * i),
+                    )
+                )
         deadline = time.monotonic() + timeout_s
         pending = list(plan)
         background: list[asyncio.Task[None]] = []
@@ -288,7 +324,9 @@ async def _audit(fleet: Fleet, names: Names, report: KillReport) -> None:
     try:
         js = nc.jetstream()
         results = await stored_results(js, names, report.tasks)
-        report.result_events_published = int((await js.stream_info(names.result_events_stream)).state.last_seq)
+        report.result_events_published = int(
+            (await js.stream_info(names.result_events_stream)).state.last_seq
+        )
         report.dead_letters = int((await js.stream_info(names.dead_stream)).state.messages)
     finally:
         await nc.close()
@@ -315,8 +353,14 @@ async def run_overload(
     tmp: Path, *, solves: int, client_timeout_s: float, latency_s: float, concurrency: int
 ) -> OverloadReport:
     """``solves`` request/reply solves at once, each abandoned by its client after ``client_timeout_s``."""
-    fleet = Fleet(tmp, replicas={}, latency_s=latency_s, fault_rate=0.0, concurrency=concurrency,
-                  env={"CONDUCTOR_DURABLE": "0"})  # fmt: skip
+    fleet = Fleet(
+        tmp,
+        replicas={},
+        latency_s=latency_s,
+        fault_rate=0.0,
+        concurrency=concurrency,
+        env={"CONDUCTOR_DURABLE": "0"},
+    )
     report = OverloadReport(solves=solves, client_timeout_s=client_timeout_s)
     fleet.start()
     try:
@@ -325,8 +369,10 @@ async def run_overload(
 
             async def one(i: int) -> bool:
                 try:
-                    await client.solve(SolveRequest(question=f"Q{i}: {i} + {i}?", policy="refine:2"),
-                                       timeout=client_timeout_s)  # fmt: skip
+                    await client.solve(
+                        SolveRequest(question=f"Q{i}: {i} + {i}?", policy="refine:2"),
+                        timeout=client_timeout_s,
+                    )
                     return True
                 except SolveTimeoutError:
                     return False

@@ -12,7 +12,18 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-FIELDS = ["question", "task_id", "pool", "max_steps", "max_rounds", "domain", "reference", "policy", "budget", "cache"]
+FIELDS = [
+    "question",
+    "task_id",
+    "pool",
+    "max_steps",
+    "max_rounds",
+    "domain",
+    "reference",
+    "policy",
+    "budget",
+    "cache",
+]
 BUDGET = ["max_calls", "max_tokens", "max_cost_usd", "max_wall_s"]
 JUNK = [5, -1, 1.5, True, None, [], {}, [1, "a"], {"a": 1}, "", "x"]
 
@@ -33,7 +44,9 @@ def random_bytes(rng: random.Random, limit: int) -> Payload:
 
 
 def invalid_utf8(rng: random.Random, limit: int) -> Payload:
-    bad = rng.choice([b"\xff", b"\xfe\xff", b"\xc3\x28", b"\xe2\x82", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"])
+    bad = rng.choice(
+        [b"\xff", b"\xfe\xff", b"\xc3\x28", b"\xe2\x82", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"]
+    )
     where = rng.choice(["question", "key", "task_id", "bare"])
     if where == "question":
         data = b'{"question": "caf' + bad + b'"}'
@@ -72,7 +85,9 @@ def wrong_type(rng: random.Random, limit: int) -> Payload:
 
 
 def not_an_object(rng: random.Random, limit: int) -> Payload:
-    return Payload("not_an_object", _j(rng.choice([[], [1, 2], 5, -3.5, "question", None, True, [{"question": "q"}]])))
+    return Payload(
+        "not_an_object", _j(rng.choice([[], [1, 2], 5, -3.5, "question", None, True, [{"question": "q"}]]))
+    )
 
 
 def wrong_shape(rng: random.Random, limit: int) -> Payload:
@@ -87,7 +102,9 @@ def wrong_shape(rng: random.Random, limit: int) -> Payload:
 def unknown_workers(rng: random.Random, limit: int) -> Payload:
     known = ["sim-frontier", "sim-math", "sim-knowledge", "sim-small"]
     pool = rng.sample(known, rng.randint(0, 3))
-    bad = rng.choice(["gpt-99", "", "SIM-MATH", "sim-math ", "../etc", "x" * rng.randint(1, 300), "\u0000", "模型"])
+    bad = rng.choice(
+        ["gpt-99", "", "SIM-MATH", "sim-math ", "../etc", "x" * rng.randint(1, 300), "\u0000", "模型"]
+    )
     i = rng.randint(0, len(pool))
     pool.insert(i, bad)
     return Payload("unknown_workers", _j({"question": "q", "pool": pool}), f"pool[{i}]")
@@ -97,11 +114,15 @@ def bad_numbers(rng: random.Random, limit: int) -> Payload:
     choice = rng.choice(["max_steps", "max_rounds", "budget"])
     if choice == "budget":
         field = rng.choice(BUDGET)
-        value = rng.choice([0, -1, -(2**31), -1e-9, -1e308]) if field in {"max_cost_usd", "max_wall_s"} else rng.choice(
-            [0, -1, -(2**63)]
+        value = (
+            rng.choice([0, -1, -(2**31), -1e-9, -1e308])
+            if field in {"max_cost_usd", "max_wall_s"}
+            else rng.choice([0, -1, -(2**63)])
         )
         return Payload("bad_numbers", _j({"question": "q", "budget": {field: value}}), f"budget.{field}")
-    value = rng.choice([0, -1, -(2**63), 11, 10**6, 2**63 - 1] if choice == "max_steps" else [-1, 5, 99, -(2**40)])
+    value = rng.choice(
+        [0, -1, -(2**63), 11, 10**6, 2**63 - 1] if choice == "max_steps" else [-1, 5, 99, -(2**40)]
+    )
     return Payload("bad_numbers", _j({"question": "q", choice: value}), choice)
 
 
@@ -113,12 +134,31 @@ def huge_numbers(rng: random.Random, limit: int) -> Payload:
 
 
 def bad_task_id(rng: random.Random, limit: int) -> Payload:
-    tid = rng.choice(["", "a b", "a..b", "x" * 129, "a/b", "a*", "a>", "t\u00e9", "\u0000", "..", "a\nb", ".a", "a.", "\u0663"])
+    tid = rng.choice(
+        [
+            "",
+            "a b",
+            "a..b",
+            "x" * 129,
+            "a/b",
+            "a*",
+            "a>",
+            "t\u00e9",
+            "\u0000",
+            "..",
+            "a\nb",
+            ".a",
+            "a.",
+            "\u0663",
+        ]
+    )
     return Payload("bad_task_id", _j({"question": "q", "task_id": tid}), "task_id")
 
 
 def blank_question(rng: random.Random, limit: int) -> Payload:
-    return Payload("blank_question", _j({"question": rng.choice(["", " ", "\n\t ", "\u3000" * 3])}), "question")
+    return Payload(
+        "blank_question", _j({"question": rng.choice(["", " ", "\n\t ", "\u3000" * 3])}), "question"
+    )
 
 
 def deep_nesting(rng: random.Random, limit: int) -> Payload:
@@ -137,7 +177,9 @@ def deep_nesting(rng: random.Random, limit: int) -> Payload:
 
 def truncated(rng: random.Random, limit: int) -> Payload:
     """A valid request cut short: never valid JSON."""
-    full = _j({"question": "What is 2 + 2?", "pool": ["sim-math"], "max_steps": 3, "budget": {"max_calls": 4}})
+    full = _j(
+        {"question": "What is 2 + 2?", "pool": ["sim-math"], "max_steps": 3, "budget": {"max_calls": 4}}
+    )
     return Payload("truncated", full[: rng.randint(0, len(full) - 1)])
 
 

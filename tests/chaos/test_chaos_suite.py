@@ -34,7 +34,9 @@ def check(report: ChaosReport) -> None:
 
 
 async def test_chaos_smoke(tmp_path):
-    report = await run_chaos(tmp_path, tasks=150, executor_kills=1, nats_restarts=1, fault_rate=0.3, timeout_s=180)
+    report = await run_chaos(
+        tmp_path, tasks=150, executor_kills=1, nats_restarts=1, fault_rate=0.3, timeout_s=180
+    )
     print(report)
     check(report)
 
@@ -42,7 +44,9 @@ async def test_chaos_smoke(tmp_path):
 @pytest.mark.chaos
 @pytest.mark.timeout(1800)
 async def test_chaos_full(tmp_path):
-    report = await run_chaos(tmp_path, tasks=2000, executor_kills=3, nats_restarts=1, fault_rate=0.3, timeout_s=1200)
+    report = await run_chaos(
+        tmp_path, tasks=2000, executor_kills=3, nats_restarts=1, fault_rate=0.3, timeout_s=1200
+    )
     print(report)
     check(report)
 
@@ -52,8 +56,13 @@ async def test_chaos_full(tmp_path):
 async def test_chaos_full_beside_cpu_hog(tmp_path):
     """The full run with every core busy: no call may be paid twice for a slow answer."""
     report = await run_chaos(
-        tmp_path, tasks=2000, executor_kills=3, nats_restarts=1, fault_rate=0.3, timeout_s=3000,
+        tmp_path,
+        tasks=2000,
+        executor_kills=3,
+        nats_restarts=1,
+        fault_rate=0.3,
+        timeout_s=3000,
         cpu_hogs=os.cpu_count() or 1,
-    )  # fmt: skip
+    )
     print(report)
     check(report)

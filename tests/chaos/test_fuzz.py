@@ -44,7 +44,9 @@ class FuzzReport:
     sent: int = 0
     codes: Counter[str] = field(default_factory=Counter)
     server_rejected: int = 0
-    untyped: list[tuple[str, bytes, str]] = field(default_factory=list)  # (kind, payload head, what came back)
+    untyped: list[tuple[str, bytes, str]] = field(
+        default_factory=list
+    )  # (kind, payload head, what came back)
     wrong_field: list[tuple[str, str | None, str | None]] = field(default_factory=list)
     rss_kib: list[int] = field(default_factory=list)  # after warm-up, then at the end
     wall_s: float = 0.0
@@ -84,7 +86,9 @@ async def _send(nc: nats.NATS, subject: str, p: Payload, report: FuzzReport) -> 
         report.wrong_field.append((p.kind, p.expect, res.error.field))
 
 
-async def fuzz_solve(nc: nats.NATS, subject: str, batch: list[Payload], report: FuzzReport, concurrency: int) -> None:
+async def fuzz_solve(
+    nc: nats.NATS, subject: str, batch: list[Payload], report: FuzzReport, concurrency: int
+) -> None:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(p: Payload) -> None:
@@ -103,7 +107,9 @@ def expected_key(p: Payload, msg_id: str) -> str:
     return req.task_id if req.task_id is not None and valid_task_id(req.task_id) else msg_id
 
 
-async def fuzz_intake(nc: nats.NATS, prefix: str, batch: list[Payload], timeout: float = 60.0) -> dict[str, str]:
+async def fuzz_intake(
+    nc: nats.NATS, prefix: str, batch: list[Payload], timeout: float = 60.0
+) -> dict[str, str]:
     """Publish malformed tasks to the durable queue; return each expected result key's error code (or what
     came back instead)."""
     names = Names.for_prefix(prefix)
@@ -111,7 +117,9 @@ async def fuzz_intake(nc: nats.NATS, prefix: str, batch: list[Payload], timeout:
     keys = set()
     for i, p in enumerate(batch):
         msg_id = f"fuzz-{i}"
-        await js.publish(names.submit(CLIENT), p.data, stream=names.tasks_stream, headers={"Nats-Msg-Id": msg_id})
+        await js.publish(
+            names.submit(CLIENT), p.data, stream=names.tasks_stream, headers={"Nats-Msg-Id": msg_id}
+        )
         keys.add(task_key(CLIENT, expected_key(p, msg_id)))
     kv = await js.key_value(names.results_bucket)
     found: dict[str, str] = {}
@@ -123,7 +131,9 @@ async def fuzz_intake(nc: nats.NATS, prefix: str, batch: list[Payload], timeout:
             except nats.js.errors.KeyNotFoundError:
                 continue
             res = _result.decode(entry.value or b"")
-            found[key] = str(res.error.code) if res.error is not None and res.error.code in TYPED else repr(res)
+            found[key] = (
+                str(res.error.code) if res.error is not None and res.error.code in TYPED else repr(res)
+            )
         await asyncio.sleep(0.1)
     info = await js.consumer_info(names.tasks_stream, "executor")
     assert info.num_ack_pending == 0 and info.num_pending == 0, info  # nothing stuck in redelivery
@@ -165,7 +175,9 @@ async def run_fuzz(tmp: Path, nats_url: str, prefix: str, *, n: int, intake_n: i
         bad = {k: v for k, v in outcomes.items() if v not in {str(c) for c in TYPED}}
         assert not bad, bad
         reply = await nc.request(
-            settings.subject(solve_subject(CLIENT)), msgspec.json.encode(SolveRequest(question=QUESTION)), timeout=60
+            settings.subject(solve_subject(CLIENT)),
+            msgspec.json.encode(SolveRequest(question=QUESTION)),
+            timeout=60,
         )
         assert _result.decode(reply.data).answer, "serve all no longer solves after the fuzz"
         report.rss_kib.append(rss_kib(pid))

@@ -28,7 +28,9 @@ def check(report: KillReport) -> None:
     assert report.result_events_published == report.tasks, report
     assert report.dead_letters == 0, report
     assert "internal" not in report.error_codes and "unavailable" not in report.error_codes, report
-    assert not unexcused_reexecutions(report, report.latency_s), report  # only calls lost with a killed adapter
+    assert not unexcused_reexecutions(report, report.latency_s), (
+        report
+    )  # only calls lost with a killed adapter
     for outage in report.outages:
         assert outage.killed_at > 0, ("the run ended before this outage", outage)
         assert outage.resumed_after_s is not None and outage.resumed_after_s <= RECOVERY_S, (outage, report)
@@ -39,9 +41,15 @@ def check(report: KillReport) -> None:
 async def test_kills_quick(tmp_path):
     """A worker-adapter killed mid-call and a verifier killed, each replaced at once, with beats
     every 0.3 s so a lost call is noticed in about a second."""
-    report = await run_kills(tmp_path, tasks=40, outages=[("worker-adapter", 0.0), ("verifier", 0.0)],
-                             latency_s=1.0, concurrency=2, env={"CONDUCTOR_BEAT_S": "0.3"},
-                             timeout_s=120)  # fmt: skip
+    report = await run_kills(
+        tmp_path,
+        tasks=40,
+        outages=[("worker-adapter", 0.0), ("verifier", 0.0)],
+        latency_s=1.0,
+        concurrency=2,
+        env={"CONDUCTOR_BEAT_S": "0.3"},
+        timeout_s=120,
+    )
     print(report)
     check(report)
 
@@ -69,7 +77,9 @@ async def test_outages_of_30_to_120_s_never_dead_letter(tmp_path):
 @pytest.mark.timeout(1800)
 async def test_a_second_replica_takes_over_at_once(tmp_path):
     outages = [("worker-adapter", 60.0), ("executor", 60.0), ("planner", 60.0), ("verifier", 60.0)]
-    report = await run_kills(tmp_path, tasks=600, outages=outages, replicas=dict.fromkeys(KINDS, 2), timeout_s=1200)
+    report = await run_kills(
+        tmp_path, tasks=600, outages=outages, replicas=dict.fromkeys(KINDS, 2), timeout_s=1200
+    )
     print(report)
     check(report)
 
@@ -96,4 +106,6 @@ async def test_forged_messages_during_a_durable_run_change_nothing(tmp_path):
     assert report.dead_letters == 0, report
     assert report.refused == report.attempts, report  # each one refused by the server, none lost on the way
     # Rewards and verdicts are the verifier's for the provider's answers (never equal to the references).
-    assert "1.0" not in report.rewards and len(report.rewards) == 1 and "correct" not in report.verdicts, report
+    assert "1.0" not in report.rewards and len(report.rewards) == 1 and "correct" not in report.verdicts, (
+        report
+    )

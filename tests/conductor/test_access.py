@@ -34,18 +34,35 @@ def test_no_role_reaches_everything_or_another_inbox(role):
 
 
 def test_only_the_serving_role_receives_a_request_subject():
-    receivers = {s: [r for r in access.ROLES if s in access.grant(r).subscribe] for s in
-                 (PLAN_SUBJECT, WORK_SUBJECT, VERIFY_SUBJECT, "conductor.solve.*", "conductor.rollout")}  # fmt: skip
-    assert receivers == {PLAN_SUBJECT: ["planner"], WORK_SUBJECT: ["worker-adapter"], VERIFY_SUBJECT: ["verifier"],
-                         "conductor.solve.*": ["executor"], "conductor.rollout": ["executor"]}  # fmt: skip
+    receivers = {
+        s: [r for r in access.ROLES if s in access.grant(r).subscribe]
+        for s in (PLAN_SUBJECT, WORK_SUBJECT, VERIFY_SUBJECT, "conductor.solve.*", "conductor.rollout")
+    }
+    assert receivers == {
+        PLAN_SUBJECT: ["planner"],
+        WORK_SUBJECT: ["worker-adapter"],
+        VERIFY_SUBJECT: ["verifier"],
+        "conductor.solve.*": ["executor"],
+        "conductor.rollout": ["executor"],
+    }
 
 
 def test_only_executors_write_results_and_checkpoints_and_only_adapters_their_state():
-    buckets = ("CONDUCTOR_RESULTS", "CONDUCTOR_CHECKPOINTS", "CONDUCTOR_CACHE", "CONDUCTOR_LIMITS", "CONDUCTOR_CALLS")
+    buckets = (
+        "CONDUCTOR_RESULTS",
+        "CONDUCTOR_CHECKPOINTS",
+        "CONDUCTOR_CACHE",
+        "CONDUCTOR_LIMITS",
+        "CONDUCTOR_CALLS",
+    )
     writers = {b: [r for r in access.ROLES if f"$KV.{b}.>" in access.grant(r).publish] for b in buckets}
-    assert writers == {"CONDUCTOR_RESULTS": ["executor"], "CONDUCTOR_CHECKPOINTS": ["executor"],
-                       "CONDUCTOR_CACHE": ["worker-adapter"], "CONDUCTOR_LIMITS": ["worker-adapter"],
-                       "CONDUCTOR_CALLS": ["worker-adapter"]}  # fmt: skip
+    assert writers == {
+        "CONDUCTOR_RESULTS": ["executor"],
+        "CONDUCTOR_CHECKPOINTS": ["executor"],
+        "CONDUCTOR_CACHE": ["worker-adapter"],
+        "CONDUCTOR_LIMITS": ["worker-adapter"],
+        "CONDUCTOR_CALLS": ["worker-adapter"],
+    }
     assert [r for r in access.ROLES if "conductor.results.>" in access.grant(r).publish] == ["executor"]
 
 
@@ -67,14 +84,19 @@ def test_each_tenant_is_granted_its_own_namespace_only():
     """Issue 19, item 4: two tenants' grants share no subject of the public API, and neither may read the results
     bucket any way but a direct get of its own keys (docs/tenancy.md)."""
     acme, beta = (access.permissions(access.role_of(t), user=t) for t in ("acme", "beta"))
-    public = ("conductor.learner.", "$JS.API.CONSUMER.INFO.CONDUCTOR_TASKS.")  # training news, the intake's lag
+    public = (
+        "conductor.learner.",
+        "$JS.API.CONSUMER.INFO.CONDUCTOR_TASKS.",
+    )  # training news, the intake's lag
     own = {s for s in acme.publish + acme.subscribe if not s.startswith(public)}
     assert own and all(".acme." in s or s.endswith(".acme") for s in own), own
     assert not own & set(beta.publish + beta.subscribe)
     reads = [s for s in acme.publish if "RESULTS" in s]
     assert reads == ["$JS.API.DIRECT.GET.KV_CONDUCTOR_RESULTS.$KV.CONDUCTOR_RESULTS.acme.>"]
     gateway = access.grant("gateway")
-    assert "conductor.results.gateway.>" in gateway.subscribe and "conductor.results.>" not in gateway.subscribe
+    assert (
+        "conductor.results.gateway.>" in gateway.subscribe and "conductor.results.>" not in gateway.subscribe
+    )
     assert access.grant("client", tenant="acme") == access.grant(access.role_of("acme"), tenant="acme")
 
 

@@ -16,9 +16,18 @@ WORKER = '[[workers]]\nname = "w"\nprovider = "openai_compatible"\nmodel = "m"\n
 
 @pytest.mark.parametrize(
     ("domain", "family"),
-    [("math", "math"), ("AIME", "math"), ("gpqa", "mcq"), ("mmlu", "mcq"), ("code", "code"), ("general", "general"),
-     (None, None), ("", None), ("poetry", None)],
-)  # fmt: skip
+    [
+        ("math", "math"),
+        ("AIME", "math"),
+        ("gpqa", "mcq"),
+        ("mmlu", "mcq"),
+        ("code", "code"),
+        ("general", "general"),
+        (None, None),
+        ("", None),
+        ("poetry", None),
+    ],
+)
 def test_domains_map_to_format_families(domain, family):
     assert family_of(domain) == family
 
@@ -84,14 +93,15 @@ def test_default_wording_would_not_be_doubled_and_is_not_a_review_cue():
 def test_responses_that_follow_the_default_wording_are_verifiable():
     """The instructions ask for exactly what the verifier's extractors accept."""
     assert final_answers("Work...\n\\boxed{156}").items == ["156"]
-    assert extract_choice('Reasoning.\nAnswer: C').letters == ["C"]
+    assert extract_choice("Reasoning.\nAnswer: C").letters == ["C"]
     assert last_python_block("Here:\n```python\nprint(1)\n```\n").strip() == "print(1)"
     assert final_answers("So <answer>Paris</answer>").items == ["Paris"]
 
 
 def test_pool_file_answer_format_table():
     pool = parse_pool(
-        '[answer_format]\nsteps = "final"\n[answer_format.instructions.math]\nfinal = "Box it: \\\\boxed{}."\n' + WORKER
+        '[answer_format]\nsteps = "final"\n[answer_format.instructions.math]\nfinal = "Box it: \\\\boxed{}."\n'
+        + WORKER
     )
     assert pool.answer_format.steps == "final"
     assert pool.answer_format.for_step("math", "Q", "s", final=True) == "Box it: \\boxed{}."

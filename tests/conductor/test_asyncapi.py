@@ -29,7 +29,9 @@ def test_document_covers_every_subject_with_real_payload_schemas():
     channels = doc["channels"]
     assert {"solve", "plan", "work", "verify", "tasks", "progress", "results"} <= set(channels)
     assert channels["solve"]["address"] == "conductor.solve.{tenant}"  # each tenant its own (docs/tenancy.md)
-    assert set(channels["solve"]["parameters"]) == {"tenant"} and set(channels["tasks"]["parameters"]) == {"tenant"}
+    assert set(channels["solve"]["parameters"]) == {"tenant"} and set(channels["tasks"]["parameters"]) == {
+        "tenant"
+    }
     assert channels["tasks"]["address"] == "conductor.tasks.submit.{tenant}"
     for name in ("progress", "results", "cancel"):
         assert channels[name]["address"].split(".")[2] == "{tenant}", name
@@ -46,4 +48,6 @@ def test_document_covers_every_subject_with_real_payload_schemas():
 
 def test_committed_document_is_current():
     committed = json.loads((Path(__file__).parents[2] / "docs" / "asyncapi.json").read_text())
-    assert committed == json.loads(json.dumps(asyncapi_document())), "run `make asyncapi` and commit docs/asyncapi.json"
+    assert committed == json.loads(json.dumps(asyncapi_document())), (
+        "run `make asyncapi` and commit docs/asyncapi.json"
+    )

@@ -22,14 +22,21 @@ from schemas.tasks import Names
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     import os
 
-    return subprocess.run([sys.executable, "-m", "conductor.app.cli", *args], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "conductor.app.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.mark.parametrize("command", [["solve", "What is 2+2?"], ["result", "t-1"]])
 def test_nats_unreachable_is_one_line_within_the_connect_timeout(command):
     started = time.monotonic()
-    done = _run(*command, env={"NATS_URL": f"nats://127.0.0.1:{free_port()}", "CONDUCTOR_NATS_CREDENTIALS": ""})
+    done = _run(
+        *command, env={"NATS_URL": f"nats://127.0.0.1:{free_port()}", "CONDUCTOR_NATS_CREDENTIALS": ""}
+    )
     assert time.monotonic() - started < 30
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "cannot reach NATS" in done.stderr, done.stderr
@@ -121,14 +128,24 @@ def test_a_wrong_password_is_named_as_such_and_at_once(url_user, secured, offlin
     assert main(["result", "t-1"]) == 2
     assert time.monotonic() - started < 4
     err = _one_line(capsys.readouterr().err)
-    assert err == f"conductor result: NATS at {secured.url} refused the credentials of user 'client' (Authorization Violation)"  # fmt: skip
+    assert (
+        err
+        == f"conductor result: NATS at {secured.url} refused the credentials of user 'client' (Authorization Violation)"
+    )
 
 
 @pytest.mark.nats
 def test_serve_with_a_wrong_password_is_one_line(secured, tmp_path):
     """Failed before: a traceback from inside FastStream's connect, exit 1."""
-    done = _run("serve", "executor", env={"NATS_URL": secured.url, "CONDUCTOR_METRICS_PORT": "off",
-                                          "CONDUCTOR_NATS_CREDENTIALS": str(_wrong_password(tmp_path, "executor"))})  # fmt: skip
+    done = _run(
+        "serve",
+        "executor",
+        env={
+            "NATS_URL": secured.url,
+            "CONDUCTOR_METRICS_PORT": "off",
+            "CONDUCTOR_NATS_CREDENTIALS": str(_wrong_password(tmp_path, "executor")),
+        },
+    )
     assert done.returncode == 2
     assert _one_line(done.stderr) == (
         f"conductor serve: NATS at {secured.url} refused the credentials of user 'executor' (Authorization Violation)"
@@ -141,12 +158,15 @@ def test_serve_with_a_wrong_password_is_one_line(secured, tmp_path):
         ("missing.toml", None, "cannot read pool file {path}: No such file or directory"),
         ("bad.toml", b"workers = [\n", "{path}: pool file is not valid TOML: "),
         ("pool.json", b'{"workers": []}\n', "{path}: pool file is not valid TOML: "),
-        ("unknown.toml", b'[[workers]]\nname = "a"\nprovider = "gemini"\nmodel = "m"\n',
-         "{path}: pool file: workers[0].provider: Invalid enum value 'gemini'"),
+        (
+            "unknown.toml",
+            b'[[workers]]\nname = "a"\nprovider = "gemini"\nmodel = "m"\n',
+            "{path}: pool file: workers[0].provider: Invalid enum value 'gemini'",
+        ),
         ("binary.toml", b"\xff\xfe\x00\x01", "pool file {path} is not UTF-8 text"),
     ],
     ids=["missing", "malformed-toml", "json", "unknown-provider", "binary"],
-)  # fmt: skip
+)
 @pytest.mark.timeout(60)
 def test_serve_with_a_bad_pool_file_is_one_line(name, content, says, offline, tmp_path, capsys):
     """Failed before: a PoolError (or UnicodeDecodeError) traceback, exit 1; the file was not named."""
@@ -185,16 +205,28 @@ def taken_port():
 @pytest.mark.parametrize(
     ("service", "variable", "extra"),
     [
-        ("gateway", "CONDUCTOR_GATEWAY_PORT", {"CONDUCTOR_GATEWAY_HOST": "127.0.0.1", "CONDUCTOR_METRICS_PORT": "off",
-                                               "CONDUCTOR_GATEWAY_ALLOW_ANONYMOUS": "true"}),
+        (
+            "gateway",
+            "CONDUCTOR_GATEWAY_PORT",
+            {
+                "CONDUCTOR_GATEWAY_HOST": "127.0.0.1",
+                "CONDUCTOR_METRICS_PORT": "off",
+                "CONDUCTOR_GATEWAY_ALLOW_ANONYMOUS": "true",
+            },
+        ),
         ("executor", "CONDUCTOR_METRICS_PORT", {"CONDUCTOR_METRICS_HOST": "127.0.0.1"}),
     ],
     ids=["gateway", "metrics"],
-)  # fmt: skip
+)
 def test_serve_on_a_port_in_use_is_one_line(service, variable, extra, taken_port, nats_url, subject_prefix):
     """Failed before: an OSError traceback from inside the event loop's create_server."""
-    env = {"NATS_URL": nats_url, "CONDUCTOR_NATS_CREDENTIALS": "", "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
-           variable: str(taken_port), **extra}  # fmt: skip
+    env = {
+        "NATS_URL": nats_url,
+        "CONDUCTOR_NATS_CREDENTIALS": "",
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        variable: str(taken_port),
+        **extra,
+    }
     done = _run("serve", service, env=env)
     assert done.returncode == 2
     err = _one_line(done.stderr)
@@ -216,15 +248,18 @@ def test_a_durable_submit_to_a_full_store_is_one_line(on_nats, nats_url, capsys)
 
     async def tiny_queue() -> None:  # the task queue with no room for a task
         nc = await nats.connect(nats_url)
-        await nc.jetstream().add_stream(name=names.tasks_stream, subjects=[names.submit("*")], max_bytes=64,
-                                        discard=api.DiscardPolicy.NEW)  # fmt: skip
+        await nc.jetstream().add_stream(
+            name=names.tasks_stream, subjects=[names.submit("*")], max_bytes=64, discard=api.DiscardPolicy.NEW
+        )
         await nc.close()
 
     asyncio.run(tiny_queue())
     assert main(["solve", "What is 2+2?", "--detach"]) == 2
     err = _one_line(capsys.readouterr().err)
-    assert err.startswith(f"conductor solve: the durable task queue {names.tasks_stream} refused the task: the NATS "
-                          "JetStream store is full: maximum bytes exceeded (JetStream error ")  # fmt: skip
+    assert err.startswith(
+        f"conductor solve: the durable task queue {names.tasks_stream} refused the task: the NATS "
+        "JetStream store is full: maximum bytes exceeded (JetStream error "
+    )
 
 
 @pytest.mark.nats

@@ -90,7 +90,9 @@ async def test_call_returns_typed_replies_and_never_raises_for_a_missing_or_brok
         requester = Requester(nc)
         req = WorkRequest(worker="sim-math", messages=[ChatMessage(role="user", content="2+2?")])
         nobody = await requester.call(WORK, req, prefix=subject_prefix, timeout=5)
-        assert nobody.error is not None and nobody.error.code == ErrorCode.UNAVAILABLE and nobody.error.retryable
+        assert (
+            nobody.error is not None and nobody.error.code == ErrorCode.UNAVAILABLE and nobody.error.retryable
+        )
         assert nobody.worker == "sim-math" and "worker-adapter did not answer" in nobody.error.message
 
         async def garbage(msg) -> None:
@@ -98,7 +100,11 @@ async def test_call_returns_typed_replies_and_never_raises_for_a_missing_or_brok
 
         await nc.subscribe(subject_prefix + WORK.subject, cb=garbage)
         broken = await requester.call(WORK, req, prefix=subject_prefix, timeout=5)
-        assert broken.error is not None and broken.error.code == ErrorCode.INTERNAL and not broken.error.retryable
+        assert (
+            broken.error is not None
+            and broken.error.code == ErrorCode.INTERNAL
+            and not broken.error.retryable
+        )
         assert broken.worker == "sim-math"
     finally:
         await nc.close()
@@ -108,8 +114,12 @@ def test_the_asyncapi_payloads_carry_the_schemas_bounds_and_descriptions() -> No
     schemas_ = asyncapi_document()["components"]["schemas"]
     solve = schemas_["SolveRequest"]["properties"]
     assert solve["question"]["minLength"] == 1 and solve["question"]["description"]
-    assert {"type": "integer", "minimum": 1} in solve["max_steps"]["anyOf"] and solve["max_rounds"]["minimum"] == 0
-    assert {"type": "integer", "exclusiveMinimum": 0} in schemas_["Budget"]["properties"]["max_calls"]["anyOf"]
+    assert {"type": "integer", "minimum": 1} in solve["max_steps"]["anyOf"] and solve["max_rounds"][
+        "minimum"
+    ] == 0
+    assert {"type": "integer", "exclusiveMinimum": 0} in schemas_["Budget"]["properties"]["max_calls"][
+        "anyOf"
+    ]
     assert schemas_["PlanRequest"]["properties"]["workers"]["minItems"] == 1
 
 
@@ -124,6 +134,9 @@ def test_published_subjects_are_declared_once_and_documented_from_the_declaratio
     for event in EVENTS:
         channel = doc["channels"][event.title]
         assert (channel["address"], channel["description"]) == (event.address, event.description)
-        assert set(channel["parameters"]) == set(event.parameters) and doc["operations"][event.title]["action"] == "send"
+        assert (
+            set(channel["parameters"]) == set(event.parameters)
+            and doc["operations"][event.title]["action"] == "send"
+        )
         payload = doc["components"]["messages"][f"{event.title}:Message"]["payload"]["$ref"]
         assert payload.endswith("/" + event.payload.__name__)

@@ -130,14 +130,33 @@ def test_the_helper_sees_imports_inside_functions_relative_ones_and_file_loads()
 
 def test_the_layers_are_ordered_as_documented() -> None:
     assert _allowed("conductor", "schemas") and not _allowed("schemas", "conductor")
-    assert _allowed("services.learner", "tasks") and _allowed("evaluation", "tasks") and _allowed("tasks", "conductor")
+    assert (
+        _allowed("services.learner", "tasks")
+        and _allowed("evaluation", "tasks")
+        and _allowed("tasks", "conductor")
+    )
     assert not _allowed("tasks", "services.verifier") and not _allowed("tasks", "evaluation")
     assert not _allowed("services.learner", "evaluation") and not _allowed("evaluation", "services.verifier")
-    assert not _allowed("services.planner", "services.executor") and not _allowed("conductor", "conductor.app")
+    assert not _allowed("services.planner", "services.executor") and not _allowed(
+        "conductor", "conductor.app"
+    )
     assert _allowed("conductor.app", "services.learner") and not _allowed("services.learner", "conductor.app")
-    assert _allowed("bench", "conductor.app") and not _allowed("bench", "tests") and not _allowed("bench", "infra")
-    assert {_unit(_module(p)) for p in _files()} >= {"schemas", "conductor", "conductor.app", "tasks", "evaluation",
-                                                      "services.learner", "infra", "scripts", "bench"}  # fmt: skip
+    assert (
+        _allowed("bench", "conductor.app")
+        and not _allowed("bench", "tests")
+        and not _allowed("bench", "infra")
+    )
+    assert {_unit(_module(p)) for p in _files()} >= {
+        "schemas",
+        "conductor",
+        "conductor.app",
+        "tasks",
+        "evaluation",
+        "services.learner",
+        "infra",
+        "scripts",
+        "bench",
+    }
 
 
 def test_every_package_imports_only_the_layers_below_it() -> None:

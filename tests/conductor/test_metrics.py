@@ -35,7 +35,9 @@ async def served(nats_url, subject_prefix):
     port = free_port()
     env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_LOG_LEVEL": "WARNING"}
     settings = CommonSettings.from_env({**env, "CONDUCTOR_METRICS_PORT": str(port)})
-    async with running(create_services(["executor", "planner", "worker-adapter", "verifier"], env), settings, name="m"):
+    async with running(
+        create_services(["executor", "planner", "worker-adapter", "verifier"], env), settings, name="m"
+    ):
         yield settings, port
 
 
@@ -44,7 +46,10 @@ async def test_solves_show_up_in_metrics_by_label(served):
     before = await scrape(port)
     async with ConductorClient(settings) as client:
         results = await asyncio.gather(
-            *(client.solve(SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60) for _ in range(3))
+            *(
+                client.solve(SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60)
+                for _ in range(3)
+            )
         )
         rejected = await client.solve(SolveRequest(question="q", pool=["gpt-99"]), timeout=30)
         nc = await nats.connect(settings.nats_url)
@@ -59,7 +64,9 @@ async def test_solves_show_up_in_metrics_by_label(served):
         return delta(before, after, name, **labels)
 
     steps = sum(len(rnd.steps) for r in results for rnd in r.workflows)
-    by_worker = {w: sum(1 for r in results for rnd in r.workflows for s in rnd.steps if s.worker == w) for w in WORKERS}
+    by_worker = {
+        w: sum(1 for r in results for rnd in r.workflows for s in rnd.steps if s.worker == w) for w in WORKERS
+    }
     assert d("conductor_tasks_total", outcome="ok") == 3
     assert d("conductor_tasks_total", outcome="bad_request") == 2
     assert d("conductor_bad_requests_total", subject="conductor.solve") == 2
@@ -89,7 +96,9 @@ def test_worker_reply_accounting_keeps_labels_bounded():
     cached = WorkRequest(worker="sim-math", messages=[], cache=True)
     metrics.work_finished(cached, WorkReply(worker="sim-math", attempts=3, cached=True), "conductor.work")
     unknown = ErrorInfo(code=ErrorCode.BAD_REQUEST, message="unknown worker", field="worker")
-    metrics.work_finished(WorkRequest(worker="x" * 50, messages=[]), WorkReply(worker="x" * 50, error=unknown), "s")
+    metrics.work_finished(
+        WorkRequest(worker="x" * 50, messages=[]), WorkReply(worker="x" * 50, error=unknown), "s"
+    )
     text = metrics.exposition().decode()
     after = parse(text)
     assert delta(before, after, "conductor_worker_retries_total", worker="sim-math", reason="recovered") == 2

@@ -16,8 +16,12 @@ from schemas.usage import Usage, UsageSummary
 
 def test_two_significant_digits_under_a_dollar_cents_above():
     assert [usd(x) for x in (1.09e-06, 0.000543, 0.0123, 0.5, 0.00099999)] == [
-        "$0.0000011", "$0.00054", "$0.012", "$0.50", "$0.0010"
-    ]  # fmt: skip
+        "$0.0000011",
+        "$0.00054",
+        "$0.012",
+        "$0.50",
+        "$0.0010",
+    ]
     assert [usd(x) for x in (0.0, 0.999, 12.3456, 1234.5, -0.0003)] == [
         "$0",
         "$1.00",
@@ -38,18 +42,32 @@ def test_the_cli_and_the_eval_table_print_a_tiny_cost_readably():
     u = Usage(input_tokens=9, output_tokens=3, cost_usd=1.09e-06, calls=1)
     step = StepRecord(index=0, model_id=0, worker="smol", subtask="s", access=[], response="4", usage=u)
     rnd = RoundRecord(
-        round=0, policy="moa", steps=[step], fallback_used=True,
-        policy_error=ErrorInfo(code=ErrorCode.PLANNER_ERROR, message="policy endpoint answered HTTP 404: no model"),
+        round=0,
+        policy="moa",
+        steps=[step],
+        fallback_used=True,
+        policy_error=ErrorInfo(
+            code=ErrorCode.PLANNER_ERROR, message="policy endpoint answered HTTP 404: no model"
+        ),
         rejected=[RejectedSample(reason="missing_lists: no lists found", text="I would ask Model 0.")],
-    )  # fmt: skip
+    )
     result = SolveResult(task_id="t", answer="4", workflows=[rnd], usage=UsageSummary(total=u))
     shown = _text(result_view(result)) + _text(demo_table([("q1", "math", result)]))
     assert "$0.0000011" in shown and "$0.00000 " not in shown and "e-0" not in shown
     assert "policy backend failed: policy endpoint answered HTTP 404" in shown
     assert "rejected sample: missing_lists: no lists found: I would ask Model 0." in shown
     cell = Cell(mean=1.0, se=None, per_repeat=[1.0])
-    row = Row(strategy="moa", benchmark=AVERAGE, accuracy=cell, items=1, tokens_per_question=12.0,
-              cost_per_question=1.09e-06, calls_per_question=1.0, steps_per_workflow=1.0, failures=0)  # fmt: skip
+    row = Row(
+        strategy="moa",
+        benchmark=AVERAGE,
+        accuracy=cell,
+        items=1,
+        tokens_per_question=12.0,
+        cost_per_question=1.09e-06,
+        calls_per_question=1.0,
+        steps_per_workflow=1.0,
+        failures=0,
+    )
     results = Results(
         benchmarks=["sim"], strategies=["moa"], repeats=1, rows=[row], worker_steps={}, steps_histogram={}
     )

@@ -49,7 +49,9 @@ async def test_default_port_falls_back_when_taken_but_a_chosen_port_is_strict():
             await lenient.stop()
 
 
-@pytest.mark.parametrize(("raw", "port"), [(None, None), ("", None), ("0", None), ("off", None), ("9100", 9100)])
+@pytest.mark.parametrize(
+    ("raw", "port"), [(None, None), ("", None), ("0", None), ("off", None), ("9100", 9100)]
+)
 def test_metrics_port_setting(raw, port):
     assert metrics_port(raw) == port
     env = {} if raw is None else {"CONDUCTOR_METRICS_PORT": raw}
@@ -60,7 +62,11 @@ def test_metrics_port_setting(raw, port):
 async def test_readiness_follows_the_nats_connection_across_a_server_restart(tmp_path, subject_prefix):
     nats_port, http_port = free_port(), free_port()
     server = NatsServer(port=nats_port, store_dir=tmp_path / "js").start()
-    env = {"NATS_URL": server.url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_LOG_LEVEL": "WARNING"}
+    env = {
+        "NATS_URL": server.url,
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+    }
     settings = CommonSettings.from_env({**env, "CONDUCTOR_METRICS_PORT": str(http_port)})
     try:
         async with running(create_services(["planner"], env), settings, name="probe-test"):

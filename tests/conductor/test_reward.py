@@ -45,12 +45,16 @@ def test_the_learners_cost_term_and_recursion_scale() -> None:
 
 def test_policy_parsed_reads_the_rounds() -> None:
     ok = RoundRecord(round=0, policy="local:p")
-    bad = RoundRecord(round=0, policy="local:p", error=ErrorInfo(code=ErrorCode.FORMAT_ERROR, message="lists"))
+    bad = RoundRecord(
+        round=0, policy="local:p", error=ErrorInfo(code=ErrorCode.FORMAT_ERROR, message="lists")
+    )
     rescued = RoundRecord(round=0, policy="moa", fallback_used=True, planner_attempts=3)
     silent = RoundRecord(round=0, policy="moa", fallback_used=True, planner_attempts=0)
     assert policy_parsed([ok]) is True
     assert policy_parsed([ok, bad]) is False
-    assert policy_parsed([rescued]) is False  # every sample failed to parse: the fallback does not earn it a reward
+    assert (
+        policy_parsed([rescued]) is False
+    )  # every sample failed to parse: the fallback does not earn it a reward
     assert policy_parsed([silent]) is None
 
 

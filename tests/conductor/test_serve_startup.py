@@ -41,8 +41,13 @@ base_url = "http://127.0.0.1:1/v1"
 
 @pytest.fixture
 def env(monkeypatch):
-    for name in ("CONDUCTOR_POOL", "CONDUCTOR_NATS_CREDENTIALS", "OPENAI_API_KEY", "TEST_VLLM_KEY",
-                 "CONDUCTOR_ALLOW_MISSING_KEYS"):  # fmt: skip
+    for name in (
+        "CONDUCTOR_POOL",
+        "CONDUCTOR_NATS_CREDENTIALS",
+        "OPENAI_API_KEY",
+        "TEST_VLLM_KEY",
+        "CONDUCTOR_ALLOW_MISSING_KEYS",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NATS_URL", f"nats://127.0.0.1:{free_port()}")  # never reached: the checks come first
     # Were a check missing, `serve` would go on to connect and wait for NATS for ever, in the test's own process;
@@ -87,17 +92,33 @@ def test_missing_keys_may_be_allowed_explicitly(tmp_path):
 
 
 def _serve(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "conductor.app.cli", "serve", *args], stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "CONDUCTOR_NATS_CREDENTIALS": "", "CONDUCTOR_LOG_JSON": "1",
-                                            "CONDUCTOR_METRICS_PORT": "off", **env})  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "conductor.app.cli", "serve", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            **os.environ,
+            "CONDUCTOR_NATS_CREDENTIALS": "",
+            "CONDUCTOR_LOG_JSON": "1",
+            "CONDUCTOR_METRICS_PORT": "off",
+            **env,
+        },
+    )
 
 
 @pytest.mark.nats
 def test_an_unreachable_policy_endpoint_stops_serve_at_start(nats_url, subject_prefix):
     """Failed before: the planner started; every plan fell back to MoA and nothing said why."""
     url = f"http://127.0.0.1:{free_port()}/v1"
-    proc = _serve("planner", env={"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
-                                  "CONDUCTOR_POLICY": "openai:smol", "CONDUCTOR_POLICY_BASE_URL": url})  # fmt: skip
+    proc = _serve(
+        "planner",
+        env={
+            "NATS_URL": nats_url,
+            "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+            "CONDUCTOR_POLICY": "openai:smol",
+            "CONDUCTOR_POLICY_BASE_URL": url,
+        },
+    )
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     said, refused = err.strip().splitlines()  # which Conductor serves (said as it starts), then why it cannot

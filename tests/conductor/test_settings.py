@@ -111,13 +111,17 @@ def test_each_variable_has_one_declaration() -> None:
 
 
 @pytest.mark.parametrize("service", list(owners()))
-async def test_every_documented_setting_is_read_by_the_service_that_owns_it(service: str, tmp_path: Path) -> None:
+async def test_every_documented_setting_is_read_by_the_service_that_owns_it(
+    service: str, tmp_path: Path
+) -> None:
     cls = owners()[service]
     rows = list(settings_table(cls))
     keys = tmp_path / "keys.toml"
     keys.write_text(f'[[keys]]\nname = "ops"\nsha256 = "{"a" * 64}"\n')
     examples = {"CONDUCTOR_GATEWAY_KEYS_FILE": str(keys)}
-    env = {row.env: examples.get(row.env) or _example(cls, row) for row in rows} | {"TEST_POLICY_KEY": "sk-test"}
+    env = {row.env: examples.get(row.env) or _example(cls, row) for row in rows} | {
+        "TEST_POLICY_KEY": "sk-test"
+    }
     svc = create_services([service], env)[0]
     try:
         defaults = read(cls, {})
@@ -208,4 +212,10 @@ def test_empty_is_unset_fallbacks_compute_defaults_and_wire_types_read_field_by_
     probe = read(_Probe, {"P_COUNT": "", "P_RATIO": " ", "P_CALLS": "4"})
     assert (probe.count, probe.ratio, probe.computed, probe.budget) == (3, None, 42, Budget(max_calls=4))
     assert read(_Probe, {"P_COMPUTED": "5", "P_RATIO": "0.5"}).computed == 5
-    assert [r.env for r in settings_table(_Probe)] == ["P_FLAG", "P_COUNT", "P_RATIO", "P_COMPUTED", "P_CALLS"]
+    assert [r.env for r in settings_table(_Probe)] == [
+        "P_FLAG",
+        "P_COUNT",
+        "P_RATIO",
+        "P_COMPUTED",
+        "P_CALLS",
+    ]

@@ -16,8 +16,15 @@ from services.gateway.translation import solve_request
 from services.planner.baselines import parse_baseline, plan_baseline
 
 POOL = ["sim-frontier", "sim-math", "sim-knowledge", "sim-coder", "sim-small"]
-NAMES = ["moa", "moa:3", "refine:3@sim-math", "consensus:5", "consensus:2@sim-knowledge", "single:sim-coder",
-         "moa+r1"]  # fmt: skip
+NAMES = [
+    "moa",
+    "moa:3",
+    "refine:3@sim-math",
+    "consensus:5",
+    "consensus:2@sim-knowledge",
+    "single:sim-coder",
+    "moa+r1",
+]
 
 
 def _workflow(policy: str, max_steps: int | None):
@@ -27,8 +34,9 @@ def _workflow(policy: str, max_steps: int | None):
 def _doors(name: str):
     """(policy, max_steps, max_rounds) as each door turns the name into a request."""
     (ev,) = parse_strategies(name, POOL)
-    gw = solve_request(ChatCompletionRequest(model=name, messages=[ChatMessageIn(role="user", content="q")]),
-                       POOL, "t-1")  # fmt: skip
+    gw = solve_request(
+        ChatCompletionRequest(model=name, messages=[ChatMessageIn(role="user", content="q")]), POOL, "t-1"
+    )
     cli = _strategy(name, POOL)
     return {
         "eval": (ev.policy, ev.max_steps, ev.max_rounds),
@@ -60,7 +68,9 @@ def test_a_name_that_does_not_parse_is_one_error_at_every_door(bad):
     with pytest.raises(UnknownStrategyError) as evaluation:
         parse_strategies(bad, POOL)
     with pytest.raises(GatewayError) as gateway:
-        solve_request(ChatCompletionRequest(model=bad, messages=[ChatMessageIn(role="user", content="q")]), POOL, "t")
+        solve_request(
+            ChatCompletionRequest(model=bad, messages=[ChatMessageIn(role="user", content="q")]), POOL, "t"
+        )
     with pytest.raises(StrategyError) as cli:
         _strategy(bad, POOL)
     message = str(grammar.value)

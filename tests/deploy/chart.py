@@ -14,8 +14,13 @@ from helm_python.chart import Chart
 ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = ROOT / "charts" / "conductor"
 RELEASE, NAMESPACE = "rel", "ai"
-KUBE_VERSION = "1.33.0"  # the oldest Kubernetes the chart targets that has hostUsers/procMount for the verifier
-CASES = ["default", *sorted(p.name.removesuffix("-values.yaml") for p in (CHART_DIR / "ci").glob("*-values.yaml"))]
+KUBE_VERSION = (
+    "1.33.0"  # the oldest Kubernetes the chart targets that has hostUsers/procMount for the verifier
+)
+CASES = [
+    "default",
+    *sorted(p.name.removesuffix("-values.yaml") for p in (CHART_DIR / "ci").glob("*-values.yaml")),
+]
 
 
 def case_values(case: str) -> dict[str, Any]:
@@ -86,6 +91,10 @@ def nats_users(conf: str) -> dict[str, dict[str, Any]]:
     users = {}
     for m in _USER.finditer(conf):
         responses = {"max": int(m["max"]), "expires": m["expires"]} if m["max"] else None
-        users[m["user"]] = {"password": m["password"], "publish": json.loads(m["publish"]),
-                            "subscribe": json.loads(m["subscribe"]), "responses": responses}
+        users[m["user"]] = {
+            "password": m["password"],
+            "publish": json.loads(m["publish"]),
+            "subscribe": json.loads(m["subscribe"]),
+            "responses": responses,
+        }
     return users

@@ -12,7 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-ROUTE = re.compile(r"^/(?:api/v1|apis/apps/v1)/namespaces/([^/]+)/(deployments|statefulsets|pods)(?:/([^/]+))?$")
+ROUTE = re.compile(
+    r"^/(?:api/v1|apis/apps/v1)/namespaces/([^/]+)/(deployments|statefulsets|pods)(?:/([^/]+))?$"
+)
 LIST_KIND = {"deployments": "DeploymentList", "statefulsets": "StatefulSetList", "pods": "PodList"}
 STRATEGIC = "application/strategic-merge-patch+json"
 
@@ -24,7 +26,11 @@ def strategic_merge(base: Any, patch: Any) -> Any:
         for key, value in patch.items():
             out[key] = strategic_merge(base.get(key), value)
         return out
-    if isinstance(base, list) and isinstance(patch, list) and all(isinstance(i, dict) and "name" in i for i in patch):
+    if (
+        isinstance(base, list)
+        and isinstance(patch, list)
+        and all(isinstance(i, dict) and "name" in i for i in patch)
+    ):
         out = [dict(i) for i in base]
         for item in patch:
             match = next((i for i, b in enumerate(out) if b.get("name") == item["name"]), None)
@@ -59,8 +65,13 @@ class KubeApi:
         """What the controller would do: every replica runs the newest generation."""
         dep = self.get(namespace, "deployments", name)
         want = dep["spec"].get("replicas", 1)
-        dep["status"] = {"observedGeneration": dep["metadata"]["generation"], "replicas": want,
-                         "updatedReplicas": want, "availableReplicas": want, "readyReplicas": want}
+        dep["status"] = {
+            "observedGeneration": dep["metadata"]["generation"],
+            "replicas": want,
+            "updatedReplicas": want,
+            "availableReplicas": want,
+            "readyReplicas": want,
+        }
 
     def __enter__(self) -> KubeApi:
         self._thread.start()
@@ -86,8 +97,18 @@ class KubeApi:
                 self.wfile.write(data)
 
             def _status(self, code: int, reason: str, message: str) -> None:
-                self._send(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                  "message": message, "reason": reason, "code": code})
+                self._send(
+                    code,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Failure",
+                        "message": message,
+                        "reason": reason,
+                        "code": code,
+                    },
+                )
 
             def _route(self) -> tuple[str, str, str | None, dict[str, list[str]]] | None:
                 url = urlparse(self.path)
@@ -113,10 +134,19 @@ class KubeApi:
                         return self._status(404, "NotFound", f'{resource} "{name}" not found')
                     return self._send(200, items[name])
                 wanted = dict(p.split("=", 1) for p in query.get("labelSelector", [""])[0].split(",") if p)
-                found = [o for o in items.values() if wanted.items() <= o["metadata"].get("labels", {}).items()]
+                found = [
+                    o for o in items.values() if wanted.items() <= o["metadata"].get("labels", {}).items()
+                ]
                 api_version = "v1" if resource == "pods" else "apps/v1"
-                self._send(200, {"kind": LIST_KIND[resource], "apiVersion": api_version,
-                                 "metadata": {"resourceVersion": "1"}, "items": found})
+                self._send(
+                    200,
+                    {
+                        "kind": LIST_KIND[resource],
+                        "apiVersion": api_version,
+                        "metadata": {"resourceVersion": "1"},
+                        "items": found,
+                    },
+                )
 
             def do_PATCH(self) -> None:
                 route = self._route()

@@ -12,7 +12,11 @@ from helm_python.errors import HelmValuesError
 from infra import chart_schema
 from tests.deploy.chart import CASES, CHART_DIR, KUBE_VERSION, case_values, chart, objects, rendered
 
-CRD_KINDS = {"ScaledObject", "ServiceMonitor", "PodMonitor"}  # no schema ships with kubernetes-validate; checked by shape below
+CRD_KINDS = {
+    "ScaledObject",
+    "ServiceMonitor",
+    "PodMonitor",
+}  # no schema ships with kubernetes-validate; checked by shape below
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -40,7 +44,10 @@ def test_crd_objects_have_the_fields_their_operators_read():
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"
     trigger = scaled["spec"]["triggers"][0]
     assert trigger["type"] == "nats-jetstream"
-    assert trigger["metadata"].items() >= {"stream": "CONDUCTOR_TASKS", "consumer": "executor", "account": "$G"}.items()
+    assert (
+        trigger["metadata"].items()
+        >= {"stream": "CONDUCTOR_TASKS", "consumer": "executor", "account": "$G"}.items()
+    )
     assert trigger["metadata"]["natsServerMonitoringEndpoint"] == "rel-nats.ai.svc:8222"
     assert all(isinstance(v, str) for v in trigger["metadata"].values())  # KEDA metadata is map[string]string
     assert scaled["spec"]["scaleTargetRef"]["name"] == "rel-conductor-executor"
@@ -55,7 +62,9 @@ def test_keda_replaces_the_hpa_for_the_executor_only():
     hpas = {d["spec"]["scaleTargetRef"]["name"] for d in objects(docs, "HorizontalPodAutoscaler")}
     assert "rel-conductor-executor" not in hpas
     assert {"rel-conductor-planner", "rel-conductor-verifier", "rel-conductor-worker-adapter"} <= hpas
-    default = {d["spec"]["scaleTargetRef"]["name"] for d in objects(rendered("default"), "HorizontalPodAutoscaler")}
+    default = {
+        d["spec"]["scaleTargetRef"]["name"] for d in objects(rendered("default"), "HorizontalPodAutoscaler")
+    }
     assert "rel-conductor-executor" in default
 
 
@@ -69,10 +78,14 @@ def test_autoscaling_off_fixes_replicas():
 def test_external_nats_drops_the_bundled_server():
     docs = rendered("external-nats")
     assert not objects(docs, "StatefulSet")
-    envs = [c["env"] for d in objects(docs, "Deployment") for c in d["spec"]["template"]["spec"]["containers"]]
+    envs = [
+        c["env"] for d in objects(docs, "Deployment") for c in d["spec"]["template"]["spec"]["containers"]
+    ]
     urls = {e["value"] for env in envs for e in env if e["name"] == "NATS_URL"}
     assert all("@nats.messaging.svc.cluster.local:4222" in u for u in urls), urls
-    secrets = {e["valueFrom"]["secretKeyRef"]["name"] for env in envs for e in env if e["name"] == "NATS_PASSWORD"}
+    secrets = {
+        e["valueFrom"]["secretKeyRef"]["name"] for env in envs for e in env if e["name"] == "NATS_PASSWORD"
+    }
     assert secrets == {"conductor-nats-credentials"}
     assert not [s for s in objects(docs, "Secret") if s["metadata"]["name"].endswith("nats-credentials")]
 
@@ -104,13 +117,22 @@ def test_schema_accepts_every_tested_combination(case):
     ("values", "where"),
     [
         ({"planner": {"replica": 3}}, "/planner"),
-        ({"executor": {"autoscaling": {"targetCPUUtilizationPercentage": 150}}}, "targetCPUUtilizationPercentage"),
+        (
+            {"executor": {"autoscaling": {"targetCPUUtilizationPercentage": 150}}},
+            "targetCPUUtilizationPercentage",
+        ),
         ({"nats": {"url": "http://nats:4222"}}, "/nats/url"),
         ({"nats": {"replicas": 3}}, "/nats"),  # the old bundled chart's key: neither chart reads it
         ({"nats": {"config": {"cluster": {"replicas": 2}}}}, "/nats/config/cluster/replicas"),
         ({"nats": {"config": {"jetstream": {"enabled": False}}}}, "/nats/config/jetstream/enabled"),
-        ({"nats": {"config": {"jetstream": {"fileStore": {"pvc": {"size": "big"}}}}}}, "/nats/config/jetstream"),
-        ({"nats": {"statefulSet": {"patch": [{"path": "/spec/replicas", "value": 2}]}}}, "/nats/statefulSet/patch/0"),
+        (
+            {"nats": {"config": {"jetstream": {"fileStore": {"pvc": {"size": "big"}}}}}},
+            "/nats/config/jetstream",
+        ),
+        (
+            {"nats": {"statefulSet": {"patch": [{"path": "/spec/replicas", "value": 2}]}}},
+            "/nats/statefulSet/patch/0",
+        ),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"metricsPort": 0}, "/metricsPort"),
         ({"verifier": {"sandbox": {"require": ["netns", "magic"]}}}, "/verifier/sandbox/require"),
@@ -137,8 +159,11 @@ def test_required_values_fail_loudly():
     with pytest.raises(HelmRenderError, match=r"nats\.url is required"):
         chart().render({"nats": {"enabled": False}}, name="rel", namespace="ai")
     with pytest.raises(HelmRenderError, match=r"tls\.secretName is required"):
-        chart().render({"global": {"tls": {"enabled": True}}, "nats": {"enabled": False, "url": "tls://n:4222"}},
-                       name="rel", namespace="ai")
+        chart().render(
+            {"global": {"tls": {"enabled": True}}, "nats": {"enabled": False, "url": "tls://n:4222"}},
+            name="rel",
+            namespace="ai",
+        )
 
 
 @pytest.mark.parametrize("case", CASES)

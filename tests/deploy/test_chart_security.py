@@ -142,7 +142,11 @@ def test_verifier_egress_is_dns_and_nats_only():
             assert {p["port"] for p in rule["ports"]} == {53}
         else:
             assert rule["to"] == [
-                {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "nats", "app.kubernetes.io/instance": "rel"}}}
+                {
+                    "podSelector": {
+                        "matchLabels": {"app.kubernetes.io/name": "nats", "app.kubernetes.io/instance": "rel"}
+                    }
+                }
             ]
             assert rule["ports"] == [{"port": 4222, "protocol": "TCP"}]
 
@@ -150,10 +154,19 @@ def test_verifier_egress_is_dns_and_nats_only():
 def test_vllm_servers_accept_only_their_callers():
     docs = rendered("vllm-workers")
     worker = named(docs, "NetworkPolicy", "rel-conductor-vllm-qwen-coder")["spec"]
-    callers = [p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in worker["ingress"][0]["from"]]
+    callers = [
+        p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in worker["ingress"][0]["from"]
+    ]
     assert callers == ["worker-adapter"]
-    policy = named(render({"vllm": {"servers": {"policy": {"enabled": True}}}}), "NetworkPolicy", "rel-conductor-vllm-policy")
-    callers = [p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in policy["spec"]["ingress"][0]["from"]]
+    policy = named(
+        render({"vllm": {"servers": {"policy": {"enabled": True}}}}),
+        "NetworkPolicy",
+        "rel-conductor-vllm-policy",
+    )
+    callers = [
+        p["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        for p in policy["spec"]["ingress"][0]["from"]
+    ]
     assert callers == ["planner"]  # the learner too when it loads adapters at run time (test_runtime_lora.py)
 
 
@@ -211,11 +224,17 @@ def test_learner_is_off_by_default_and_a_gpu_workload_when_on():
     role = named(docs, "Role", "rel-conductor-learner")
     patch = [r for r in role["rules"] if "patch" in r["verbs"]]
     assert patch == [
-        {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["rel-conductor-vllm-policy"],
-         "verbs": ["get", "patch"]}
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments"],
+            "resourceNames": ["rel-conductor-vllm-policy"],
+            "verbs": ["get", "patch"],
+        }
     ]
     policy = named(docs, "Deployment", "rel-conductor-vllm-policy")["spec"]["template"]["spec"]
-    assert {"name": "checkpoints", "mountPath": "/checkpoints", "readOnly": True} in policy["containers"][0]["volumeMounts"]
+    assert {"name": "checkpoints", "mountPath": "/checkpoints", "readOnly": True} in policy["containers"][0][
+        "volumeMounts"
+    ]
 
 
 def test_api_keys_reach_the_worker_adapter_only():
@@ -233,11 +252,17 @@ def test_tls_switches_every_client_to_tls_with_the_ca():
         if name.startswith("rel-nats"):
             continue
         env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
-        assert env["NATS_URL"].startswith("tls://") and env["SSL_CERT_FILE"] == "/etc/conductor/tls/ca.crt", name
+        assert env["NATS_URL"].startswith("tls://") and env["SSL_CERT_FILE"] == "/etc/conductor/tls/ca.crt", (
+            name
+        )
     conf = named(docs, "ConfigMap", "rel-nats-config")["data"]["nats.conf"]
-    assert '"cert_file": "/etc/nats-certs/nats/tls.crt"' in conf and '"routes"' in conf  # 3 replicas: a cluster
+    assert (
+        '"cert_file": "/etc/nats-certs/nats/tls.crt"' in conf and '"routes"' in conf
+    )  # 3 replicas: a cluster
     server = named(docs, "StatefulSet", "rel-nats")["spec"]["template"]["spec"]
-    (mount,) = [m for m in server["containers"][0]["volumeMounts"] if m["mountPath"] == "/etc/nats-certs/nats"]
+    (mount,) = [
+        m for m in server["containers"][0]["volumeMounts"] if m["mountPath"] == "/etc/nats-certs/nats"
+    ]
     (volume,) = [v for v in server["volumes"] if v["name"] == mount["name"]]
     assert volume["secret"]["secretName"] == "conductor-nats-tls"  # the Secret whose ca.crt the clients trust
 
@@ -257,27 +282,54 @@ def test_service_permissions_follow_the_subjects_in_schemas():
     users = nats_users(auth)
     assert users["planner"]["subscribe"] == [PLAN_SUBJECT, f"{POLICY_SUBJECT_PREFIX}.>", "_INBOX.planner.>"]
     assert not any(s.startswith("$O.") for s in users["planner"]["publish"])  # policy versions: read-only
-    learner = nats_users(named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"])
+    learner = nats_users(
+        named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
+    )
     assert f"{POLICY_SUBJECT_PREFIX}.>" in learner["learner"]["publish"]
     # Only its rollouts' outcomes (executors alone publish them); the work items it sends are read by nobody.
     assert learner["learner"]["subscribe"] == [f"{ROLLOUT_SUBJECT}.results.>", "_INBOX.learner.>"]
-    assert not any(s.startswith(f"{ROLLOUT_SUBJECT}.work") for user in users.values() for s in user["subscribe"])
+    assert not any(
+        s.startswith(f"{ROLLOUT_SUBJECT}.work") for user in users.values() for s in user["subscribe"]
+    )
     assert TRAIN_SUBJECT not in users["client"]["publish"]  # training is an operator's act (issue 19, item 2)
     assert users["trainer"]["publish"] == [TRAIN_SUBJECT]
     assert users["worker-adapter"]["subscribe"] == [WORK_SUBJECT, "_INBOX.worker-adapter.>"]
-    assert (users["verifier"]["publish"], users["verifier"]["subscribe"]) == ([], [VERIFY_SUBJECT, "_INBOX.verifier.>"])
-    assert users["executor"]["subscribe"] == [f"{SOLVE_SUBJECT}.*", ROLLOUT_SUBJECT, f"{CANCEL_SUBJECT_PREFIX}.>",
-                                              "_INBOX.executor.>"]  # fmt: skip
+    assert (users["verifier"]["publish"], users["verifier"]["subscribe"]) == (
+        [],
+        [VERIFY_SUBJECT, "_INBOX.verifier.>"],
+    )
+    assert users["executor"]["subscribe"] == [
+        f"{SOLVE_SUBJECT}.*",
+        ROLLOUT_SUBJECT,
+        f"{CANCEL_SUBJECT_PREFIX}.>",
+        "_INBOX.executor.>",
+    ]
     cancels = [s for s in users["client"]["publish"] if s.startswith(CANCEL_SUBJECT_PREFIX)]
-    assert cancels == [cancel_subject("client", ">")]  # a tenant cancels only its own tasks (issue 19, items 3-4)
-    wanted = {PLAN_SUBJECT, WORK_SUBJECT, VERIFY_SUBJECT, f"{PROGRESS_SUBJECT_PREFIX}.>",
-              f"{RESULT_SUBJECT_PREFIX}.>", f"{DEAD_SUBJECT_PREFIX}.>"}
+    assert cancels == [
+        cancel_subject("client", ">")
+    ]  # a tenant cancels only its own tasks (issue 19, items 3-4)
+    wanted = {
+        PLAN_SUBJECT,
+        WORK_SUBJECT,
+        VERIFY_SUBJECT,
+        f"{PROGRESS_SUBJECT_PREFIX}.>",
+        f"{RESULT_SUBJECT_PREFIX}.>",
+        f"{DEAD_SUBJECT_PREFIX}.>",
+    }
     assert wanted <= set(users["executor"]["publish"])
-    assert f"{SUBMIT_SUBJECT}.client" in users["client"]["publish"] and solve_subject("client") in users["client"]["publish"]
-    assert users["client"]["subscribe"][:2] == [f"{PROGRESS_SUBJECT_PREFIX}.client.>", f"{RESULT_SUBJECT_PREFIX}.client.>"]
+    assert (
+        f"{SUBMIT_SUBJECT}.client" in users["client"]["publish"]
+        and solve_subject("client") in users["client"]["publish"]
+    )
+    assert users["client"]["subscribe"][:2] == [
+        f"{PROGRESS_SUBJECT_PREFIX}.client.>",
+        f"{RESULT_SUBJECT_PREFIX}.client.>",
+    ]
     for name, perms in users.items():  # nobody may publish or subscribe to everything, or to every inbox
         assert ">" not in perms["publish"] + perms["subscribe"], name
-        assert not any(s.startswith("_INBOX.") for s in perms["publish"]), name  # replies: allow_responses only
+        assert not any(s.startswith("_INBOX.") for s in perms["publish"]), (
+            name
+        )  # replies: allow_responses only
         assert [s for s in perms["subscribe"] if s.startswith("_INBOX")] == [f"_INBOX.{name}.>"], name
 
 
@@ -311,7 +363,10 @@ def test_each_listed_tenant_is_a_user_on_its_own_name_only():
     users = nats_users(auth["data"]["authorization.conf"])
     for tenant in ("acme", "beta-2"):
         want = permissions(role_of(tenant), user=tenant)
-        assert (users[tenant]["publish"], users[tenant]["subscribe"]) == (list(want.publish), list(want.subscribe))
+        assert (users[tenant]["publish"], users[tenant]["subscribe"]) == (
+            list(want.publish),
+            list(want.subscribe),
+        )
     assert "conductor.results.beta-2.>" not in users["acme"]["subscribe"]
     assert "{tenant}" not in str(users)
     for bad in (["a.b"], ["executor"], ["client"]):
@@ -321,7 +376,9 @@ def test_each_listed_tenant_is_a_user_on_its_own_name_only():
 
 def test_responders_answer_through_allow_responses_long_enough_for_beats():
     auth = named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
-    responses = dict(re.findall(r'user: "([^"]+)"[^}]*?\}[^}]*?\}\s*allow_responses: \{ max: (\d+)', auth, re.S))
+    responses = dict(
+        re.findall(r'user: "([^"]+)"[^}]*?\}[^}]*?\}\s*allow_responses: \{ max: (\d+)', auth, re.S)
+    )
     assert set(responses) == {"planner", "executor", "worker-adapter", "verifier"}, responses
     for user, most in responses.items():
         window = RESPONSE_WINDOW_S[user]
@@ -340,10 +397,14 @@ def test_gateway_is_one_values_block_with_an_http_door():
     svc = named(docs, "Service", "rel-conductor-gateway")
     assert {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"} in svc["spec"]["ports"]
     door = named(docs, "NetworkPolicy", "rel-conductor-gateway-http")["spec"]
-    assert door["ingress"] == [{
-        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}],
-        "ports": [{"port": 8080, "protocol": "TCP"}],
-    }]
+    assert door["ingress"] == [
+        {
+            "from": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+            ],
+            "ports": [{"port": 8080, "protocol": "TCP"}],
+        }
+    ]
     assert not reaches_outside(egress_rules(docs, pod_labels(docs, "rel-conductor-gateway")))
     assert "rel-conductor-gateway" in {d["metadata"]["name"] for d in objects(docs, "PodDisruptionBudget")}
     assert not [d for d in rendered("default") if "gateway" in d["metadata"]["name"]]

@@ -38,10 +38,15 @@ def test_default_target_is_the_runtime_not_the_dev_stage():
 def test_lock_pins_every_core_and_image_extra_requirement():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins = dict(
-        line.split("==") for line in (ROOT / "infra" / "constraints.txt").read_text().splitlines()
+        line.split("==")
+        for line in (ROOT / "infra" / "constraints.txt").read_text().splitlines()
         if line and not line.startswith("#")
     )
-    wanted = [*project["dependencies"], *project["optional-dependencies"]["otel"], *project["optional-dependencies"]["kube"]]
+    wanted = [
+        *project["dependencies"],
+        *project["optional-dependencies"]["otel"],
+        *project["optional-dependencies"]["kube"],
+    ]
     for spec in wanted:
         req = Requirement(spec)
         if req.marker and not req.marker.evaluate():
@@ -58,11 +63,13 @@ def test_the_verifier_image_carries_bigcodebench_libraries_pinned():
     assert "FROM runtime AS verifier" in CPU and "constraints-bigcodebench.txt" in CPU
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = dict(
-        line.split("==") for line in (ROOT / "infra" / "constraints.txt").read_text().splitlines()
+        line.split("==")
+        for line in (ROOT / "infra" / "constraints.txt").read_text().splitlines()
         if line and not line.startswith("#")
     )
     extra = dict(
-        line.split("==") for line in (ROOT / "infra" / "constraints-bigcodebench.txt").read_text().splitlines()
+        line.split("==")
+        for line in (ROOT / "infra" / "constraints-bigcodebench.txt").read_text().splitlines()
         if line and not line.startswith("#")
     )
     for spec in project["optional-dependencies"]["bigcodebench"]:

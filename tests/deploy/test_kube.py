@@ -28,13 +28,26 @@ def _pod(workload: dict, i: int, ready: bool, restarts: int) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"{workload['metadata']['name']}-{i}", "namespace": NAMESPACE,
-                     "labels": dict(workload["spec"]["template"]["metadata"]["labels"])},
+        "metadata": {
+            "name": f"{workload['metadata']['name']}-{i}",
+            "namespace": NAMESPACE,
+            "labels": dict(workload["spec"]["template"]["metadata"]["labels"]),
+        },
         "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "x"}]},
-        "status": {"phase": "Running",
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                   "containerStatuses": [{"name": "c", "ready": ready, "restartCount": restarts, "image": "x",
-                                          "imageID": "", "started": True}]},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [
+                {
+                    "name": "c",
+                    "ready": ready,
+                    "restartCount": restarts,
+                    "image": "x",
+                    "imageID": "",
+                    "started": True,
+                }
+            ],
+        },
     }
 
 
@@ -60,8 +73,13 @@ def cluster():
             want = obj["spec"].get("replicas", 2)
             obj["spec"]["replicas"] = want
             sick = obj["metadata"]["name"] == "rel-conductor-verifier"
-            obj["status"] = {"observedGeneration": 1, "replicas": want, "readyReplicas": want - sick,
-                             "updatedReplicas": want, "availableReplicas": want - sick}
+            obj["status"] = {
+                "observedGeneration": 1,
+                "replicas": want,
+                "readyReplicas": want - sick,
+                "updatedReplicas": want,
+                "availableReplicas": want - sick,
+            }
             api.add(NAMESPACE, "deployments" if doc["kind"] == "Deployment" else "statefulsets", obj)
             for i in range(want):
                 not_ready = sick and i == 0
@@ -72,12 +90,20 @@ def cluster():
 @pytest.fixture
 def kubeconfig(cluster, tmp_path):
     path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": cluster.url}}],
-        "users": [{"name": "test", "user": {"token": cluster.token}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": NAMESPACE}}],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "test",
+                "clusters": [{"name": "test", "cluster": {"server": cluster.url}}],
+                "users": [{"name": "test", "user": {"token": cluster.token}}],
+                "contexts": [
+                    {"name": "test", "context": {"cluster": "test", "user": "test", "namespace": NAMESPACE}}
+                ],
+            }
+        )
+    )
     return str(path)
 
 
@@ -115,10 +141,16 @@ def test_roll_policy_server_to_a_checkpoint(cluster, kubeconfig):
     assert env["POLICY_MODEL"] == "/checkpoints/v7"
     assert env["HF_HOME"] == "/models/huggingface", "other env vars survive the merge"
     assert after["spec"]["template"]["metadata"]["annotations"]["conductor.io/policy-version"] == "v7"
-    assert ("PATCH", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{POLICY}", STRATEGIC) in cluster.requests
+    assert (
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{POLICY}",
+        STRATEGIC,
+    ) in cluster.requests
 
     done = threading.Event()
-    waiter = threading.Thread(target=lambda: (wait_rolled(api, NAMESPACE, POLICY, generation, 10, 0.05), done.set()))
+    waiter = threading.Thread(
+        target=lambda: (wait_rolled(api, NAMESPACE, POLICY, generation, 10, 0.05), done.set())
+    )
     waiter.start()
     time.sleep(0.3)
     assert not done.is_set(), "the roll is not done before the controller rolled the pods"
@@ -151,7 +183,19 @@ def test_bad_credentials_and_missing_kubeconfig(cluster, kubeconfig, tmp_path):
 def test_status_command_json(kubeconfig):
     out = io.StringIO()
     with redirect_stdout(out):
-        code = main(["status", "--kubeconfig", kubeconfig, "-n", NAMESPACE, "--release", RELEASE, "--json", "--no-nats"])
+        code = main(
+            [
+                "status",
+                "--kubeconfig",
+                kubeconfig,
+                "-n",
+                NAMESPACE,
+                "--release",
+                RELEASE,
+                "--json",
+                "--no-nats",
+            ]
+        )
     assert code == 1  # a verifier replica is not ready
     status = json.loads(out.getvalue())
     assert {w["component"] for w in status["workloads"]} >= {"executor", "verifier"}
@@ -164,8 +208,11 @@ async def test_intake_lag_from_the_executor_consumer(nats_url, subject_prefix, k
     nc = await nats.connect(nats_url)
     try:
         js = nc.jetstream()
-        await js.add_stream(StreamConfig(name=names.tasks_stream, subjects=[names.submit_subject],
-                                         retention=RetentionPolicy.WORK_QUEUE))
+        await js.add_stream(
+            StreamConfig(
+                name=names.tasks_stream, subjects=[names.submit_subject], retention=RetentionPolicy.WORK_QUEUE
+            )
+        )
         with pytest.raises(LookupError, match="no executor ran"):
             await intake_lag(nc, subject_prefix)
         await js.add_consumer(names.tasks_stream, ConsumerConfig(durable_name="executor"))
@@ -182,11 +229,17 @@ async def test_intake_lag_from_the_executor_consumer(nats_url, subject_prefix, k
 
     def run() -> int:
         with redirect_stdout(out):
-            return main(["status", "--kubeconfig", kubeconfig, "-n", NAMESPACE, "--release", RELEASE, "--json"])
+            return main(
+                ["status", "--kubeconfig", kubeconfig, "-n", NAMESPACE, "--release", RELEASE, "--json"]
+            )
 
     await asyncio.to_thread(run)
-    assert json.loads(out.getvalue())["intake"] == {"stream": names.tasks_stream, "pending": 3, "in_flight": 0,
-                                                    "redelivered": 0}
+    assert json.loads(out.getvalue())["intake"] == {
+        "stream": names.tasks_stream,
+        "pending": 3,
+        "in_flight": 0,
+        "redelivered": 0,
+    }
 
 
 def _finished_run(root, steps: int = 12):
@@ -205,13 +258,19 @@ def _finished_run(root, steps: int = 12):
 def _learner(kubeconfig, root, **extra):
     from services.learner.app import create_service
 
-    env = {"CONDUCTOR_LEARNER_CHECKPOINT_DIR": str(root), "CONDUCTOR_POLICY_DEPLOYMENT": POLICY,
-           "CONDUCTOR_KUBE_NAMESPACE": NAMESPACE, "CONDUCTOR_KUBECONFIG": kubeconfig, **extra}  # fmt: skip
+    env = {
+        "CONDUCTOR_LEARNER_CHECKPOINT_DIR": str(root),
+        "CONDUCTOR_POLICY_DEPLOYMENT": POLICY,
+        "CONDUCTOR_KUBE_NAMESPACE": NAMESPACE,
+        "CONDUCTOR_KUBECONFIG": kubeconfig,
+        **extra,
+    }
     return create_service(env)
 
 
-async def test_the_learner_rolls_the_policy_server_to_a_finished_jobs_checkpoint(cluster, kubeconfig, tmp_path,
-                                                                                  monkeypatch):  # fmt: skip
+async def test_the_learner_rolls_the_policy_server_to_a_finished_jobs_checkpoint(
+    cluster, kubeconfig, tmp_path, monkeypatch
+):
     """Issue 13, item 5: after a job, with run-time LoRA loading off, the learner points the chart's policy vLLM
     Deployment at the job's full checkpoint through the real kubernetes client, and waits for the rollout."""
     import asyncio
@@ -235,12 +294,16 @@ async def test_the_learner_rolls_the_policy_server_to_a_finished_jobs_checkpoint
     (container,) = dep["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["POLICY_MODEL"] == str((out / "policy").resolve())  # the same path in the policy pod's mount
-    assert dep["spec"]["template"]["metadata"]["annotations"]["conductor.io/policy-version"] == "smollm2-sim@12"
+    assert (
+        dep["spec"]["template"]["metadata"]["annotations"]["conductor.io/policy-version"] == "smollm2-sim@12"
+    )
 
 
 async def test_a_refused_roll_is_the_jobs_error(cluster, kubeconfig, tmp_path):
     cluster.forbidden.add(POLICY)
     config, _ = _finished_run(tmp_path)
     error = await _learner(kubeconfig, tmp_path).release("j-8", config)
-    assert error is not None and error.code == "unavailable" and "403" in error.message and not error.retryable
+    assert (
+        error is not None and error.code == "unavailable" and "403" in error.message and not error.retryable
+    )
     assert cluster.get(NAMESPACE, "deployments", POLICY)["metadata"]["generation"] == 1

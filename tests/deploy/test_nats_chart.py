@@ -60,9 +60,14 @@ def test_nats_is_the_official_chart_pinned_and_vendored():
 def _hash_req(req: list[dict[str, Any]], lock: list[dict[str, Any]]) -> str:
     """Helm's resolver.HashReq: sha256 of the JSON of [Chart.yaml's dependencies, Chart.lock's], fields in the
     order of Helm's Dependency struct, empty ones left out (checked against Helm below)."""
+
     def dep(d: dict[str, Any]) -> dict[str, Any]:
-        out = {"name": d["name"], "version": d.get("version"), "repository": d["repository"],
-               "condition": d.get("condition")}
+        out = {
+            "name": d["name"],
+            "version": d.get("version"),
+            "repository": d["repository"],
+            "condition": d.get("condition"),
+        }
         return {k: v for k, v in out.items() if v or k == "repository"}
 
     data = json.dumps([[dep(d) for d in req], [dep(d) for d in lock]], separators=(",", ":"))
@@ -117,26 +122,33 @@ def test_the_users_of_conductor_access_reach_nats_conf_through_the_config_merge(
     docs = render(EVERY_USER)
     conf = named(docs, "ConfigMap", "rel-nats-config")["data"]["nats.conf"]
     (include,) = [line.strip() for line in conf.splitlines() if line.strip().startswith("include ")]
-    path = posixpath.normpath(posixpath.join("/etc/nats-config", include.removeprefix("include ").rstrip(";")))
+    path = posixpath.normpath(
+        posixpath.join("/etc/nats-config", include.removeprefix("include ").rstrip(";"))
+    )
     nats = _container(docs, "nats")
     (mount,) = [m for m in nats["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
     (volume,) = [v for v in _server(docs)["volumes"] if v["name"] == mount["name"]]
     auth = named(docs, "ConfigMap", volume["configMap"]["name"])["data"][posixpath.basename(path)]
 
     users = nats_users(auth)
-    blocks = {b: e for b, e in chart_values().items() if b != "auth.tenant"}  # a tenant's: per name, none listed
+    blocks = {
+        b: e for b, e in chart_values().items() if b != "auth.tenant"
+    }  # a tenant's: per name, none listed
     for block, entry in blocks.items():
         user = block.removeprefix("auth.users.") if block.startswith("auth.users.") else entry["user"]
         got = users[user]
         assert got["publish"] == entry["publish"], user
         assert got["subscribe"] == [*entry["subscribe"], f"_INBOX.{user}.>"], user
         assert got["responses"] == entry.get("responses"), user
-    assert set(users) == {b.removeprefix("auth.users.") if b.startswith("auth.users.") else e["user"]
-                          for b, e in blocks.items()}
+    assert set(users) == {
+        b.removeprefix("auth.users.") if b.startswith("auth.users.") else e["user"] for b, e in blocks.items()
+    }
 
     secret = {e["secretRef"]["name"] for e in nats["envFrom"]}
     assert secret == {"rel-nats-credentials"}
-    assert {u["password"] for u in users.values()} == set(named(docs, "Secret", "rel-nats-credentials")["data"])
+    assert {u["password"] for u in users.values()} == set(
+        named(docs, "Secret", "rel-nats-credentials")["data"]
+    )
     # The config reloader watches the block too: a changed permission applies without a restart.
     assert path in _container(docs, "reloader")["args"]
 
@@ -144,11 +156,15 @@ def test_the_users_of_conductor_access_reach_nats_conf_through_the_config_merge(
 def test_jetstream_on_file_storage_and_the_monitoring_port_for_keda():
     docs = rendered("default")
     conf = named(docs, "ConfigMap", "rel-nats-config")["data"]["nats.conf"]
-    assert '"store_dir": "/data"' in conf and '"max_file_store": 10Gi' in conf and '"max_payload": 8MB' in conf
+    assert (
+        '"store_dir": "/data"' in conf and '"max_file_store": 10Gi' in conf and '"max_payload": 8MB' in conf
+    )
     sts = named(docs, "StatefulSet", "rel-nats")
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
-    assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in _container(docs, "nats")["volumeMounts"]
+    assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in _container(docs, "nats")[
+        "volumeMounts"
+    ]
     ports = {p["name"]: p["port"] for p in named(docs, "Service", "rel-nats")["spec"]["ports"]}
     assert ports == {"nats": 4222, "monitor": 8222}
     assert not [d for d in docs if "nats-box" in d["metadata"]["name"]]
@@ -164,10 +180,18 @@ def test_the_official_chart_hooks_and_exporter_are_values_away():
     # An operator's own container patch, after the chart's two entries, reaches the server.
     keep = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["nats"]["container"]["patch"]
     mine = {"op": "add", "path": "/env/-", "value": {"name": "GODEBUG", "value": "madvdontneed=1"}}
-    docs = render({"nats": {"container": {"patch": [*keep, mine]},
-                            "podTemplate": {"merge": {"metadata": {"annotations": {"team": "bus"}}}}}})
+    docs = render(
+        {
+            "nats": {
+                "container": {"patch": [*keep, mine]},
+                "podTemplate": {"merge": {"metadata": {"annotations": {"team": "bus"}}}},
+            }
+        }
+    )
     assert mine["value"] in _container(docs, "nats")["env"]
-    assert named(docs, "StatefulSet", "rel-nats")["spec"]["template"]["metadata"]["annotations"] == {"team": "bus"}
+    assert named(docs, "StatefulSet", "rel-nats")["spec"]["template"]["metadata"]["annotations"] == {
+        "team": "bus"
+    }
 
 
 @pytest.mark.parametrize(
@@ -177,9 +201,13 @@ def test_the_official_chart_hooks_and_exporter_are_values_away():
         ({"nats": {"statefulSet": {"patch": []}}}, r"nats\.statefulSet\.patch must keep"),
         ({"nats": {"config": {"merge": {"$include": None}}}}, r"nats\.config\.merge must keep"),
         ({"global": {"tls": {"enabled": True, "secretName": "t"}}}, r"must agree"),
-        ({"nats": {"config": {"nats": {"tls": {"enabled": True}}}},
-          "global": {"tls": {"enabled": True, "secretName": "t"}}},
-         r"nats\.config\.nats\.tls\.secretName is required"),
+        (
+            {
+                "nats": {"config": {"nats": {"tls": {"enabled": True}}}},
+                "global": {"tls": {"enabled": True, "secretName": "t"}},
+            },
+            r"nats\.config\.nats\.tls\.secretName is required",
+        ),
     ],
 )
 def test_values_that_would_drop_the_users_or_split_tls_refuse_to_render(values, message):

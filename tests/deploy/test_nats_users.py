@@ -26,9 +26,18 @@ from tests.stack_round_trip import QUESTION, solve_submit_and_chat
 
 pytestmark = pytest.mark.nats
 
-SERVICES = ["executor", "planner", "worker-adapter", "verifier", "gateway"]  # each connects as the user of its name
-VALUES = {"gateway": {"enabled": True}, "learner": {"enabled": True},  # the learner's user, not its pod, is used
-          "auth": {"tenants": ["acme", "beta"]}}  # two tenants besides `client` (docs/tenancy.md)
+SERVICES = [
+    "executor",
+    "planner",
+    "worker-adapter",
+    "verifier",
+    "gateway",
+]  # each connects as the user of its name
+VALUES = {
+    "gateway": {"enabled": True},
+    "learner": {"enabled": True},  # the learner's user, not its pod, is used
+    "auth": {"tenants": ["acme", "beta"]},
+}  # two tenants besides `client` (docs/tenancy.md)
 
 
 def _local(conf: str, root, port: int, http: int) -> str:
@@ -62,11 +71,14 @@ def chart_nats(tmp_path_factory):
     port, http = free_port(), free_port()
     (root / "nats-config" / "nats.conf").write_text(_local(conf, root, port, http))
     env = {**os.environ, **passwords, "SERVER_NAME": "rel-nats-0"}
-    check = subprocess.run([find_binary(), "-c", str(root / "nats-config" / "nats.conf"), "-t"], env=env,
-                           capture_output=True)
+    check = subprocess.run(
+        [find_binary(), "-c", str(root / "nats-config" / "nats.conf"), "-t"], env=env, capture_output=True
+    )
     assert check.returncode == 0, check.stderr.decode()
     log = open(root / "nats.log", "wb")  # the server log: permission violations, read by the tests
-    proc = subprocess.Popen([find_binary(), "-c", str(root / "nats-config" / "nats.conf")], env=env, stderr=log)
+    proc = subprocess.Popen(
+        [find_binary(), "-c", str(root / "nats-config" / "nats.conf")], env=env, stderr=log
+    )
     url = f"nats://127.0.0.1:{port}"
     deadline = time.monotonic() + 10
     while not reachable(url, 0.2):
@@ -74,7 +86,9 @@ def chart_nats(tmp_path_factory):
         time.sleep(0.05)
 
     def url_for(user: str) -> str:
-        return f"nats://{user}:{passwords['NATS_PASSWORD_' + user.upper().replace('-', '_')]}@127.0.0.1:{port}"
+        return (
+            f"nats://{user}:{passwords['NATS_PASSWORD_' + user.upper().replace('-', '_')]}@127.0.0.1:{port}"
+        )
 
     url_for.log = root / "nats.log"  # type: ignore[attr-defined]
     yield url_for
@@ -90,7 +104,10 @@ async def services(chart_nats):
         for name in SERVICES:
             env = {"NATS_URL": chart_nats(name), "CONDUCTOR_LOG_LEVEL": "WARNING"}
             if name == "gateway":
-                env |= {"CONDUCTOR_GATEWAY_ALLOW_ANONYMOUS": "true", "CONDUCTOR_GATEWAY_PORT": str(GATEWAY_PORT)}
+                env |= {
+                    "CONDUCTOR_GATEWAY_ALLOW_ANONYMOUS": "true",
+                    "CONDUCTOR_GATEWAY_PORT": str(GATEWAY_PORT),
+                }
             await stack.enter_async_context(
                 running(create_services([name], env), CommonSettings.from_env(env), name=name)
             )
@@ -127,7 +144,9 @@ async def test_the_learner_scores_rollouts_through_the_executors_as_its_own_user
     """The learner may request ``conductor.rollout`` and the executors may serve it (issue 12, item 1)."""
     before = chart_nats.log.read_text()
     completion = 'model_id = [0]\nsubtasks = ["Solve it and box the final answer."]\naccess_list = [[]]'
-    rollout = Rollout(id="r", question=QUESTION, pool=["sim-math"], completion=completion, reference="2", domain="math")
+    rollout = Rollout(
+        id="r", question=QUESTION, pool=["sim-math"], completion=completion, reference="2", domain="math"
+    )
     async with ConductorClient(CommonSettings.from_env({"NATS_URL": chart_nats("learner")})) as learner:
         reply = await learner.rollout(RolloutBatch(rollouts=[rollout]), timeout=60)
     assert reply.error is None and reply.results[0].parsed and reply.results[0].reward in {0.5, 1.0}, reply
@@ -140,14 +159,19 @@ GATEWAY_PORT = free_port()
 async def test_a_slow_responder_beats_through_its_permissions(chart_nats):
     """Liveness beats are several messages to one reply inbox: a responder's allow_responses must admit them all
     (its default admits one), or a long call dies of a "lost" responder that was only slow."""
+
     async def slow(body: bytes) -> bytes:
         await asyncio.sleep(1.0)
         return body
 
     planner = await nats.connect(chart_nats("planner"), inbox_prefix="_INBOX.planner")
     executor = await nats.connect(chart_nats("executor"), inbox_prefix="_INBOX.executor")  # its only inbox
-    server = EndpointServer(planner, [Endpoint("conductor.plan", queue="planner", title="plan", handler=slow,
-                                               on_error=lambda info: b"")], concurrency=4, drain_timeout_s=1)
+    server = EndpointServer(
+        planner,
+        [Endpoint("conductor.plan", queue="planner", title="plan", handler=slow, on_error=lambda info: b"")],
+        concurrency=4,
+        drain_timeout_s=1,
+    )
     try:
         await server.start()
         await planner.flush()  # the subscription reached the server before the request does
@@ -175,7 +199,11 @@ async def test_a_slow_responder_beats_through_its_permissions(chart_nats):
     [
         ("verifier", "subscribe", "conductor.work"),  # no service may read another's traffic
         ("verifier", "publish", "conductor.solve"),  # the verifier can only answer
-        ("planner", "publish", "conductor.verify"),  # it asks for worker calls (the worker: policy), never verdicts
+        (
+            "planner",
+            "publish",
+            "conductor.verify",
+        ),  # it asks for worker calls (the worker: policy), never verdicts
         ("client", "subscribe", "_INBOX.>"),  # nobody watches another user's replies or beats
         ("verifier", "subscribe", "_INBOX.executor.>"),
         ("verifier", "publish", "_INBOX.executor.x"),  # replies only to what it was sent (allow_responses)

@@ -25,7 +25,10 @@ ROLL_ENV = {"CONDUCTOR_POLICY_DEPLOYMENT", "CONDUCTOR_KUBE_NAMESPACE"}
 
 def _values(**lora: Any) -> dict[str, Any]:
     """The learner and the policy server on, runtimeLora as given."""
-    return {"learner": {"enabled": True}, "vllm": {"servers": {"policy": {"enabled": True, "runtimeLora": lora}}}}
+    return {
+        "learner": {"enabled": True},
+        "vllm": {"servers": {"policy": {"enabled": True, "runtimeLora": lora}}},
+    }
 
 
 def _container(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -121,7 +124,9 @@ def test_on_without_the_learner_serves_the_endpoints_but_wires_no_caller():
     server = _container(docs, SERVER)
     assert _lora_args(server) == ["--enable-lora", "--max-lora-rank=64", "--max-loras=1"]  # the defaults
     policy = named(docs, "NetworkPolicy", SERVER)["spec"]
-    callers = [p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in policy["ingress"][0]["from"]]
+    callers = [
+        p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in policy["ingress"][0]["from"]
+    ]
     assert callers == ["planner"]
 
 
@@ -134,17 +139,55 @@ def test_worker_servers_never_get_lora():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"vllm": {"servers": {"coder": {**case_values("vllm-workers")["vllm"]["servers"]["qwen-coder"],
-                                         "runtimeLora": {"enabled": True, "maxLoraRank": 16, "maxLoras": 1}}}}},
-         r"vllm\.servers\.coder\.runtimeLora: only vllm\.servers\.policy"),
-        ({"vllm": {"servers": {"policy": {"enabled": True, "runtimeLora": {"enabled": True}, "replicas": 2}}}},
-         r"runtimeLora needs replicas: 1"),  # one POST through the Service reaches one pod
-        ({"vllm": {"servers": {"policy": {"enabled": True, "runtimeLora": {"enabled": True},
-                                          "extraArgs": ["--max-lora-rank", "64"]}}}},
-         r"--max-lora-rank is set by runtimeLora"),
-        ({"vllm": {"servers": {"policy": {"enabled": True, "runtimeLora": {"enabled": True},
-                                          "extraArgs": ["--max-model-len", 8192, "--enable-lora"]}}}},
-         r"--enable-lora is set by runtimeLora"),
+        (
+            {
+                "vllm": {
+                    "servers": {
+                        "coder": {
+                            **case_values("vllm-workers")["vllm"]["servers"]["qwen-coder"],
+                            "runtimeLora": {"enabled": True, "maxLoraRank": 16, "maxLoras": 1},
+                        }
+                    }
+                }
+            },
+            r"vllm\.servers\.coder\.runtimeLora: only vllm\.servers\.policy",
+        ),
+        (
+            {
+                "vllm": {
+                    "servers": {"policy": {"enabled": True, "runtimeLora": {"enabled": True}, "replicas": 2}}
+                }
+            },
+            r"runtimeLora needs replicas: 1",
+        ),  # one POST through the Service reaches one pod
+        (
+            {
+                "vllm": {
+                    "servers": {
+                        "policy": {
+                            "enabled": True,
+                            "runtimeLora": {"enabled": True},
+                            "extraArgs": ["--max-lora-rank", "64"],
+                        }
+                    }
+                }
+            },
+            r"--max-lora-rank is set by runtimeLora",
+        ),
+        (
+            {
+                "vllm": {
+                    "servers": {
+                        "policy": {
+                            "enabled": True,
+                            "runtimeLora": {"enabled": True},
+                            "extraArgs": ["--max-model-len", 8192, "--enable-lora"],
+                        }
+                    }
+                }
+            },
+            r"--enable-lora is set by runtimeLora",
+        ),
     ],
 )
 def test_conflicting_values_fail_loudly(values, message):

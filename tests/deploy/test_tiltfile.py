@@ -20,7 +20,9 @@ TILTFILE = ROOT / "Tiltfile"
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 
@@ -58,12 +60,15 @@ class Tilt:
         assert all((ROOT / f).exists() for f in files), files
         return {"fall_back_on": files}
 
-    def docker_build(self, ref: str, context: str, dockerfile: str, target: str = "", only: Any = (),
-                     live_update: Any = ()) -> None:
+    def docker_build(
+        self, ref: str, context: str, dockerfile: str, target: str = "", only: Any = (), live_update: Any = ()
+    ) -> None:
         text = (ROOT / dockerfile).read_text()
         assert not target or f" AS {target}" in text, f"{dockerfile} has no stage {target}"
         assert all((ROOT / context / p).exists() for p in only), only
-        self.builds.append({"ref": ref, "dockerfile": dockerfile, "target": target, "live_update": list(live_update)})
+        self.builds.append(
+            {"ref": ref, "dockerfile": dockerfile, "target": target, "live_update": list(live_update)}
+        )
 
     # manifests
     def helm(self, path: str, name: str, namespace: str, values: Any = (), set: Any = ()) -> str:
@@ -81,16 +86,33 @@ class Tilt:
     def k8s_yaml(self, blob: str) -> None:
         self.yaml += [d for d in yaml.safe_load_all(blob) if d]
 
-    def k8s_resource(self, workload: str, labels: Any = (), resource_deps: Any = (), port_forwards: Any = ()) -> None:
+    def k8s_resource(
+        self, workload: str, labels: Any = (), resource_deps: Any = (), port_forwards: Any = ()
+    ) -> None:
         self.resources[workload] = {"deps": list(resource_deps), "ports": list(port_forwards)}
 
-    def local_resource(self, name: str, cmd: str, auto_init: bool = True, trigger_mode: Any = None,
-                       resource_deps: Any = (), labels: Any = ()) -> None:
+    def local_resource(
+        self,
+        name: str,
+        cmd: str,
+        auto_init: bool = True,
+        trigger_mode: Any = None,
+        resource_deps: Any = (),
+        labels: Any = (),
+    ) -> None:
         self.local[name] = {"cmd": cmd, "deps": list(resource_deps)}
 
     def globals(self) -> sl.Module:
         module = sl.Module()
-        for name in ["sync", "fall_back_on", "docker_build", "helm", "k8s_yaml", "k8s_resource", "local_resource"]:
+        for name in [
+            "sync",
+            "fall_back_on",
+            "docker_build",
+            "helm",
+            "k8s_yaml",
+            "k8s_resource",
+            "local_resource",
+        ]:
             module.add_callable(name, getattr(self, name))
         module.add_callable("_define_bool", self.define("bool"))
         module.add_callable("_define_string", self.define("string"))
@@ -125,13 +147,23 @@ def workloads(tilt: Tilt) -> dict[str, dict[str, Any]]:
 
 
 def images(tilt: Tilt) -> set[str]:
-    return {c["image"].split(":")[0] for d in workloads(tilt).values() for c in d["spec"]["template"]["spec"]["containers"]}
+    return {
+        c["image"].split(":")[0]
+        for d in workloads(tilt).values()
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
 
 
 def test_default_runs_nats_and_every_service_with_live_update():
     tilt = evaluate({})
-    assert set(tilt.resources) == {"conductor-nats", "conductor-planner", "conductor-executor",
-                                   "conductor-worker-adapter", "conductor-verifier", "conductor-gateway"}
+    assert set(tilt.resources) == {
+        "conductor-nats",
+        "conductor-planner",
+        "conductor-executor",
+        "conductor-worker-adapter",
+        "conductor-verifier",
+        "conductor-gateway",
+    }
     assert set(tilt.resources) <= set(workloads(tilt)), "every Tilt resource is a workload the chart renders"
     (build,) = tilt.builds
     assert build["ref"] == "conductor" and build["target"] == "dev"
@@ -170,7 +202,9 @@ def test_learner_is_an_optional_resource():
 def test_pool_file_becomes_a_configmap(tmp_path):
     pool = ROOT / "conductor" / "data" / "demo_pool.toml"
     tilt = evaluate({"pool": str(pool.relative_to(ROOT))})
-    (cm,) = [d for d in tilt.yaml if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "conductor-dev-pool"]
+    (cm,) = [
+        d for d in tilt.yaml if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "conductor-dev-pool"
+    ]
     assert cm["data"]["pool.toml"] == pool.read_text()
     env = workloads(tilt)["conductor-worker-adapter"]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "CONDUCTOR_POOL", "value": "/etc/conductor/pool/pool.toml"} in env
@@ -178,7 +212,9 @@ def test_pool_file_becomes_a_configmap(tmp_path):
 
 def test_the_solve_button_waits_for_every_service():
     tilt = evaluate({})
-    assert set(tilt.local["solve"]["deps"]) == {f"conductor-{n}" for n in ["executor", "planner", "worker-adapter", "verifier"]}
+    assert set(tilt.local["solve"]["deps"]) == {
+        f"conductor-{n}" for n in ["executor", "planner", "worker-adapter", "verifier"]
+    }
     assert "conductor solve" in tilt.local["solve"]["cmd"]
 
 

@@ -45,7 +45,9 @@ async def system(nats_url, subject_prefix):
     env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_LOG_LEVEL": "WARNING"}
     async with contextlib.AsyncExitStack() as stack:
         for name in SERVICES:  # one connection per service, as in separate pods
-            await stack.enter_async_context(running(create_services([name], env), CommonSettings.from_env(env), name=name))
+            await stack.enter_async_context(
+                running(create_services([name], env), CommonSettings.from_env(env), name=name)
+            )
         yield CommonSettings.from_env(env)
 
 
@@ -70,17 +72,28 @@ async def test_a_solve_is_one_trace_across_the_services(spans, system):
     p = system.subject_prefix
     async with ConductorClient(system) as client:
         with tracing.span("client solve"):
-            result = await client.solve(SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60)
+            result = await client.solve(
+                SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60
+            )
     assert result.error is None and result.verdict is not None
     (root,) = [s for s in spans.get_finished_spans() if s.name == "client solve"]
     mine = _trace_of(spans, root)
-    assert {s.context.trace_id for s in spans.get_finished_spans()} == {root.context.trace_id}, "one trace only"
+    assert {s.context.trace_id for s in spans.get_finished_spans()} == {root.context.trace_id}, (
+        "one trace only"
+    )
     index = _by_id(mine)
     names = [s.name for s in mine]
     steps = [st for rnd in result.workflows for st in rnd.steps]
-    assert names.count(f"process {p}conductor.work") == len(steps) == names.count(f"request {p}conductor.work")
+    assert (
+        names.count(f"process {p}conductor.work") == len(steps) == names.count(f"request {p}conductor.work")
+    )
     assert len([n for n in names if n.startswith("step ")]) == len(steps)
-    for name in (f"process {p}conductor.plan", f"process {p}conductor.verify", f"process {p}conductor.solve.{{tenant}}", "task"):
+    for name in (
+        f"process {p}conductor.plan",
+        f"process {p}conductor.verify",
+        f"process {p}conductor.solve.{{tenant}}",
+        "task",
+    ):
         assert names.count(name) == 1, (name, names)
     for s in mine:
         if s.name == f"process {p}conductor.work":  # a worker call, inside its step, inside the task
@@ -151,7 +164,12 @@ def test_settings_follow_the_otel_variables():
     assert s.endpoint == "http://collector:4318/v1/traces"
     s = tracing.TracingSettings.from_env({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/custom"})
     assert s.endpoint == "http://c:4318/custom"
-    assert tracing.TracingSettings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_SDK_DISABLED": "true"}).endpoint is None
+    assert (
+        tracing.TracingSettings.from_env(
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_SDK_DISABLED": "true"}
+        ).endpoint
+        is None
+    )
     assert tracing.configure(tracing.TracingSettings(), service="x") is False
 
 

@@ -39,7 +39,9 @@ async def _solve_both_ways(settings: CommonSettings, tag: str) -> None:
     async with ConductorClient(settings) as client:
         result = await client.solve(SolveRequest(question=QUESTION, domain="math", reference="2"), timeout=60)
         assert result.error is None and result.answer, result.error
-        task_id = await client.submit(SolveRequest(question=QUESTION, task_id=f"{tag}-{uuid.uuid4().hex[:8]}"))
+        task_id = await client.submit(
+            SolveRequest(question=QUESTION, task_id=f"{tag}-{uuid.uuid4().hex[:8]}")
+        )
         stored = await client.result(task_id, wait=60)
         assert stored.task_id == task_id and stored.error is None and stored.answer
 
@@ -88,7 +90,9 @@ class Serve:
         offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "conductor.app.cli", "serve", "all"], env={**os.environ, **self.env}, stderr=fh
+                [sys.executable, "-m", "conductor.app.cli", "serve", "all"],
+                env={**os.environ, **self.env},
+                stderr=fh,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -120,15 +124,21 @@ async def _submit_and_wait_for_first_step(client: ConductorClient, nc_settings: 
             first_step.set()
 
     assert client._nc is not None
-    sub = await client._nc.subscribe(nc_settings.subject(progress_subject(client.tenant, task_id)), cb=on_event)
+    sub = await client._nc.subscribe(
+        nc_settings.subject(progress_subject(client.tenant, task_id)), cb=on_event
+    )
     await client.submit(SolveRequest(question=QUESTION, task_id=task_id, policy="refine:3"))
     await asyncio.wait_for(first_step.wait(), 30)
     await sub.unsubscribe()
     return task_id
 
 
-@pytest.mark.parametrize("drain_timeout_s", [30.0, 0.2], ids=["finishes-while-draining", "released-then-resumed"])
-async def test_sigterm_with_a_durable_task_in_flight_loses_nothing(nats_url, subject_prefix, tmp_path, drain_timeout_s):
+@pytest.mark.parametrize(
+    "drain_timeout_s", [30.0, 0.2], ids=["finishes-while-draining", "released-then-resumed"]
+)
+async def test_sigterm_with_a_durable_task_in_flight_loses_nothing(
+    nats_url, subject_prefix, tmp_path, drain_timeout_s
+):
     env = {
         "NATS_URL": nats_url,
         "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,

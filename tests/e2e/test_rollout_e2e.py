@@ -30,7 +30,10 @@ VIEW = ["sim-small", "sim-knowledge", "sim-math"]  # a 3-subset of the 4 sim wor
 
 
 def _completion(ids: list[int], access: list) -> str:
-    subtasks = [f"Step {i}: solve the problem, check what you are shown, box the final answer." for i in range(len(ids))]
+    subtasks = [
+        f"Step {i}: solve the problem, check what you are shown, box the final answer."
+        for i in range(len(ids))
+    ]
     return render_completion("Plan.", Workflow(model_id=ids, subtasks=subtasks, access_list=access))
 
 
@@ -58,19 +61,31 @@ class CountingExecutor(ExecutorService):
 
 @pytest.fixture
 async def replicas(nats_url, subject_prefix):
-    env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_LOG_LEVEL": "WARNING",
-           "CONDUCTOR_DURABLE": "false"}  # fmt: skip
+    env = {
+        "NATS_URL": nats_url,
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+        "CONDUCTOR_DURABLE": "false",
+    }
     common = CommonSettings.from_env(env)
     executors = [CountingExecutor(ExecutorSettings.from_env(env)) for _ in range(2)]
     async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(running(create_services(["worker-adapter", "verifier"], env), common, name="w"))
+        await stack.enter_async_context(
+            running(create_services(["worker-adapter", "verifier"], env), common, name="w")
+        )
         for i, ex in enumerate(executors):
             await stack.enter_async_context(running([ex], common, name=f"executor-{i}"))
         yield common, executors
 
 
 def _rollouts(question: str, answer: str) -> list[Rollout]:
-    common = {"question": question, "pool": VIEW, "reference": answer, "domain": "math", "policy_version": "step-0"}
+    common = {
+        "question": question,
+        "pool": VIEW,
+        "reference": answer,
+        "domain": "math",
+        "policy_version": "step-0",
+    }
     return [Rollout(id=f"{answer}/{g}", completion=text, **common) for g, text in enumerate(GROUP)]
 
 
@@ -91,7 +106,10 @@ async def test_groups_fan_out_over_two_replicas_and_score_as_the_paper_says(repl
             assert r.usage.calls == len(r.steps) and r.usage.cost_usd > 0
             assert {s.worker for s in r.steps} <= set(VIEW)
     assert {r.reward for r in results} == {0.0, 0.5, 1.0}
-    assert [r.parse_error.message.split(":")[0] for r in results[:8] if not r.parsed] == ["missing_lists", "bad_model_id"]
+    assert [r.parse_error.message.split(":")[0] for r in results[:8] if not r.parsed] == [
+        "missing_lists",
+        "bad_model_id",
+    ]
     assert [s.worker for s in results[2].steps] == ["sim-knowledge"]  # ordinal 1 of the view, not of the pool
 
 
@@ -103,7 +121,9 @@ async def test_unparseable_completions_score_zero_without_a_worker_call(nats_url
         seen.append(msg.data)
 
     spy = await nats.connect(nats_url)
-    await spy.subscribe(common.subject(WORK.subject), cb=spy_on)  # sees every worker call, beside the queue group
+    await spy.subscribe(
+        common.subject(WORK.subject), cb=spy_on
+    )  # sees every worker call, beside the queue group
     await spy.flush()
     group = _rollouts(*next(iter(QUESTIONS.items())))
     try:
@@ -111,11 +131,16 @@ async def test_unparseable_completions_score_zero_without_a_worker_call(nats_url
             unparseable = await client.rollout(RolloutBatch(rollouts=[group[5], group[6]]), timeout=60)
             await spy.flush()
             calls_then = len(seen)
-            control = await client.rollout(RolloutBatch(rollouts=[group[4]]), timeout=60)  # the spy does see calls
+            control = await client.rollout(
+                RolloutBatch(rollouts=[group[4]]), timeout=60
+            )  # the spy does see calls
             await spy.flush()
     finally:
         await spy.close()
-    assert unparseable.error is None and [(r.reward, r.parsed) for r in unparseable.results] == [(0.0, False)] * 2
+    assert (
+        unparseable.error is None
+        and [(r.reward, r.parsed) for r in unparseable.results] == [(0.0, False)] * 2
+    )
     assert calls_then == 0
     assert control.results[0].parsed and len(seen) == len(control.results[0].steps) == 3
 
@@ -126,7 +151,10 @@ async def test_a_bad_batch_is_one_typed_error_naming_the_rollout_and_field(repli
     stranger = Rollout(id="x", question="q", pool=["sim-math", "gpt-99"], completion="", reference="1")
     async with ConductorClient(common) as client:
         reply = await client.rollout(RolloutBatch(rollouts=[good, stranger]), timeout=60)
-        assert reply.results == [] and (reply.error.code, reply.error.field) == ("bad_request", "rollouts[1].pool[1]")
+        assert reply.results == [] and (reply.error.code, reply.error.field) == (
+            "bad_request",
+            "rollouts[1].pool[1]",
+        )
         nc = await nats.connect(common.nats_url)
         try:
             raw = await nc.request(common.subject(ROLLOUT_SUBJECT), b'{"rollouts": []}', timeout=10)

@@ -108,9 +108,14 @@ async def test_bad_input_gets_typed_errors_and_the_service_keeps_serving(nats_ur
         except nats.errors.MaxPayloadError:
             continue  # the server itself refuses payloads over its max_payload (1 MiB by default)
         err = json.loads(reply.data)["error"]
-        assert err["code"] in {"bad_request", "payload_too_large"} and err["field"] == field, (payload[:40], err)
+        assert err["code"] in {"bad_request", "payload_too_large"} and err["field"] == field, (
+            payload[:40],
+            err,
+        )
     reply = await nc.request(
-        f"{prefix}conductor.solve.client", json.dumps({"question": QUESTION, "pool": ["sim-small", "sim-math"]}).encode(), timeout=60
+        f"{prefix}conductor.solve.client",
+        json.dumps({"question": QUESTION, "pool": ["sim-small", "sim-math"]}).encode(),
+        timeout=60,
     )
     result = json.loads(reply.data)
     assert result["error"] is None and result["answer"]

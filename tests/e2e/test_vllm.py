@@ -58,7 +58,9 @@ max_retries = 1
 concurrency = 4
 """
     text = "".join(
-        vllm.format(name=name, model=model, url=url, description=desc, max_tokens=max_tokens, temperature=temp)
+        vllm.format(
+            name=name, model=model, url=url, description=desc, max_tokens=max_tokens, temperature=temp
+        )
         for name, desc, temp in [
             ("smol-a", "Small instruction model; careful, low temperature.", 0.2),
             ("smol-b", "Small instruction model; more varied answers.", 0.7),
@@ -96,8 +98,9 @@ def _env(nats_url: str, prefix: str, pool: Path, url: str, model: str) -> dict[s
 
 def _serve_all(env: dict[str, str], log: Path, timeout_s: float = 120.0) -> subprocess.Popen[bytes]:
     with log.open("ab") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "conductor.app.cli", "serve", "all"],
-                                env={**os.environ, **env}, stderr=fh)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "conductor.app.cli", "serve", "all"], env={**os.environ, **env}, stderr=fh
+        )
     deadline = time.monotonic() + timeout_s
     while b"serving " not in log.read_bytes():
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
@@ -112,10 +115,24 @@ async def test_conductor_solve_with_vllm_as_pool_and_policy(nats_url, subject_pr
     serve = _serve_all(env, tmp_path / "serve.log")
     try:
         cli = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "conductor.app.cli", "solve", "What is 12 * 13?", "--domain", "math",
-            "--reference", "156", "--pool", "smol-a,smol-b", "--timeout", "1500", "--json",
-            env={**os.environ, **env}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "conductor.app.cli",
+            "solve",
+            "What is 12 * 13?",
+            "--domain",
+            "math",
+            "--reference",
+            "156",
+            "--pool",
+            "smol-a,smol-b",
+            "--timeout",
+            "1500",
+            "--json",
+            env={**os.environ, **env},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await cli.communicate()
     finally:
         serve.send_signal(signal.SIGTERM)
@@ -155,8 +172,12 @@ async def _solve_and_kill_midway(client: ConductorClient, settings: CommonSettin
 
     assert client._nc is not None
     sub = await client._nc.subscribe(settings.subject(progress_subject(client.tenant, task_id)), cb=on_event)
-    request = SolveRequest(question="Write a long, detailed essay about the history of numbers.", task_id=task_id,
-                           pool=["smol-a"], policy="single")  # fmt: skip
+    request = SolveRequest(
+        question="Write a long, detailed essay about the history of numbers.",
+        task_id=task_id,
+        pool=["smol-a"],
+        policy="single",
+    )
     solving = asyncio.create_task(client.solve(request, timeout=900))
     await asyncio.wait_for(planned.wait(), 120)
     await asyncio.sleep(2.0)  # the worker call is in flight: vLLM is generating up to 512 tokens
@@ -194,8 +215,11 @@ async def test_server_killed_mid_run_then_back(nats_url, subject_prefix, tmp_pat
 
             # The services keep serving work that does not need vLLM.
             other = await client.solve(
-                SolveRequest(question=SIM_QUESTION, pool=["sim-small"], policy="single", domain="math",
-                             reference="2"), timeout=120)  # fmt: skip
+                SolveRequest(
+                    question=SIM_QUESTION, pool=["sim-small"], policy="single", domain="math", reference="2"
+                ),
+                timeout=120,
+            )
             assert other.error is None and other.verdict is not None and other.reward == 1.0, other
 
             # Once the server is back (same port), the next solve on it succeeds.

@@ -21,11 +21,17 @@ QUIET = Console(file=io.StringIO(), width=200)
 
 
 @pytest.fixture
-def env(nats_url: str, subject_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def env(
+    nats_url: str, subject_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
     problems = registry.load_all(FIXTURES)
     pool = run_pool(tmp_path / "pool", [p for items in problems.values() for p in items])
-    values = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_POOL": str(pool),
-              "CONDUCTOR_LOG_LEVEL": "WARNING"}  # fmt: skip
+    values = {
+        "NATS_URL": nats_url,
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        "CONDUCTOR_POOL": str(pool),
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+    }
     for key, value in values.items():
         monkeypatch.setenv(key, value)
     return values
@@ -33,7 +39,9 @@ def env(nats_url: str, subject_prefix: str, tmp_path: Path, monkeypatch: pytest.
 
 @pytest.fixture
 async def services(env: dict[str, str]):
-    async with running(create_services(service_names("all"), env), CommonSettings.from_env(env), name="eval-test"):
+    async with running(
+        create_services(service_names("all"), env), CommonSettings.from_env(env), name="eval-test"
+    ):
         yield env
 
 

@@ -24,25 +24,46 @@ def item(
     response: str = "answer",
 ) -> ItemResult:
     steps = [
-        StepRecord(index=i, model_id=0, worker=w, subtask=f"do part {i}", access="all" if i else [],
-                   response=response, usage=Usage(input_tokens=tokens // 2, output_tokens=tokens // 2))
+        StepRecord(
+            index=i,
+            model_id=0,
+            worker=w,
+            subtask=f"do part {i}",
+            access="all" if i else [],
+            response=response,
+            usage=Usage(input_tokens=tokens // 2, output_tokens=tokens // 2),
+        )
         for i, w in enumerate(workers)
     ]
-    total = Usage(input_tokens=tokens // 2, output_tokens=tokens - tokens // 2, cost_usd=cost, calls=len(steps))
+    total = Usage(
+        input_tokens=tokens // 2, output_tokens=tokens - tokens // 2, cost_usd=cost, calls=len(steps)
+    )
     if error is not None:
-        info = ErrorInfo(code=error, message=f"{error.value} after 3 tries", retryable=error == ErrorCode.TIMEOUT)
+        info = ErrorInfo(
+            code=error, message=f"{error.value} after 3 tries", retryable=error == ErrorCode.TIMEOUT
+        )
         result = SolveResult(task_id=f"t{n}", error=info, usage=UsageSummary(total=total))
     else:
         outcome = Outcome.CORRECT if correct else Outcome.INCORRECT
-        verdict = Verdict(id=f"t{n}", outcome=outcome, reason="math equivalence" if correct else "wrong answer 7")
+        verdict = Verdict(
+            id=f"t{n}", outcome=outcome, reason="math equivalence" if correct else "wrong answer 7"
+        )
         result = SolveResult(
-            task_id=f"t{n}", answer=response, verdict=verdict, usage=UsageSummary(total=total),
+            task_id=f"t{n}",
+            answer=response,
+            verdict=verdict,
+            usage=UsageSummary(total=total),
             workflows=[RoundRecord(round=0, policy="moa:4", reasoning="plan <b>", steps=steps)],
-        )  # fmt: skip
+        )
     return records.finished(
-        result, benchmark=benchmark, strategy=strategy, repeat=repeat, item=f"q{n}", domain="math",
+        result,
+        benchmark=benchmark,
+        strategy=strategy,
+        repeat=repeat,
+        item=f"q{n}",
+        domain="math",
         question=f"question {n}?",
-    )  # fmt: skip
+    )
 
 
 def grid(strategy: str, benchmark: str, per_repeat: list[list[bool]], **kwargs: object) -> list[ItemResult]:

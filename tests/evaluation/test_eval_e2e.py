@@ -20,10 +20,22 @@ pytestmark = pytest.mark.e2e
 
 STRATEGIES = "conductor,single:*,moa,refine:5,consensus:5,worker:sim-frontier,conductor+r1"
 
+
 async def test_every_strategy_on_every_fixture(services: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "out"
-    _, new, results = await evaluate(out, "--benchmark", ",".join(FIXTURES), "--strategy", STRATEGIES,
-                                     "--limit", "1", "--pool", services["CONDUCTOR_POOL"], "--concurrency", "16")  # fmt: skip
+    _, new, results = await evaluate(
+        out,
+        "--benchmark",
+        ",".join(FIXTURES),
+        "--strategy",
+        STRATEGIES,
+        "--limit",
+        "1",
+        "--pool",
+        services["CONDUCTOR_POOL"],
+        "--concurrency",
+        "16",
+    )
     assert len(new) == len(FIXTURES) * 11 and all(it.outcome != "failed" for it in new)
     steps = {it.strategy: it.workflow_steps for it in new if it.benchmark == "sim"}
     assert steps["moa"] == [8] and steps["refine:5"] == [5] and steps["consensus:5"] == [6]
@@ -36,10 +48,15 @@ async def test_every_strategy_on_every_fixture(services: dict[str, str], tmp_pat
     for name in ("results.json", "results.csv", "report.html", "items.jsonl"):
         assert (out / name).is_file()
     html = (out / "report.html").read_text()
-    assert all(f'<section id="{s}">' in html for s in ("accuracy", "cost", "workers", "steps", "workflows", "failures"))
+    assert all(
+        f'<section id="{s}">' in html
+        for s in ("accuracy", "cost", "workers", "steps", "workflows", "failures")
+    )
 
 
-async def test_a_rerun_skips_done_items_and_retries_cut_off_ones(services: dict[str, str], tmp_path: Path) -> None:
+async def test_a_rerun_skips_done_items_and_retries_cut_off_ones(
+    services: dict[str, str], tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     argv = ("--benchmark", "sim,mmlu", "--strategy", "single:sim-math,moa", "--limit", "2", "--repeats", "2")
     _, first, _ = await evaluate(out, *argv, "--pool", services["CONDUCTOR_POOL"])
@@ -49,15 +66,30 @@ async def test_a_rerun_skips_done_items_and_retries_cut_off_ones(services: dict[
     lines = (out / "items.jsonl").read_bytes().splitlines()
     (out / "items.jsonl").write_bytes(b"\n".join(lines[:-1]) + b"\n" + lines[-1][:40])  # killed mid-write
     done, again, results = await evaluate(out, *argv, "--pool", services["CONDUCTOR_POOL"])
-    assert len(done) == 15 and [it.key for it in again] == [records.load(out / "items.jsonl")[again[0].key].key]
+    assert len(done) == 15 and [it.key for it in again] == [
+        records.load(out / "items.jsonl")[again[0].key].key
+    ]
     assert results.repeats == 2 and results.row("moa", "average") is not None
-    assert results.versions == {"sim": "1", "mmlu": "1"} and {it.version for it in [*done.values(), *again]} == {"1"}
+    assert results.versions == {"sim": "1", "mmlu": "1"} and {
+        it.version for it in [*done.values(), *again]
+    } == {"1"}
 
 
 async def test_durable_cached_and_restricted_pool(services: dict[str, str], tmp_path: Path) -> None:
     pool = services["CONDUCTOR_POOL"]
-    argv = ("--benchmark", "sim", "--strategy", "conductor", "--limit", "2", "--pool", pool,
-            "--pool-subset", "sim-math,sim-coder", "--cache")  # fmt: skip
+    argv = (
+        "--benchmark",
+        "sim",
+        "--strategy",
+        "conductor",
+        "--limit",
+        "2",
+        "--pool",
+        pool,
+        "--pool-subset",
+        "sim-math,sim-coder",
+        "--cache",
+    )
     _, first, _ = await evaluate(tmp_path / "a", *argv, "--durable")
     assert len(first) == 2 and all(it.outcome in {"correct", "incorrect"} for it in first)
     assert {w for it in first for w in it.workers} <= {"sim-math", "sim-coder"}
@@ -71,16 +103,30 @@ async def test_durable_cached_and_restricted_pool(services: dict[str, str], tmp_
 
 
 async def test_domains_keep_only_their_items(services: dict[str, str], tmp_path: Path) -> None:
-    argv = ("--benchmark", "sim", "--strategy", "single:sim-math", "--limit", "6", "--pool", services["CONDUCTOR_POOL"],
-            "--domains", "mcq,code")  # fmt: skip
+    argv = (
+        "--benchmark",
+        "sim",
+        "--strategy",
+        "single:sim-math",
+        "--limit",
+        "6",
+        "--pool",
+        services["CONDUCTOR_POOL"],
+        "--domains",
+        "mcq,code",
+    )
     _, items, _ = await evaluate(tmp_path / "out", *argv)
     assert len(items) == 6 and {it.domain for it in items} <= {"mcq", "code"}
 
 
-async def test_an_unreachable_service_stops_the_run_and_keeps_finished_items(env: dict[str, str], tmp_path: Path) -> None:
+async def test_an_unreachable_service_stops_the_run_and_keeps_finished_items(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     argv = ("--benchmark", "sim", "--strategy", "single:sim-math", "--pool", env["CONDUCTOR_POOL"])
-    async with running(create_services(service_names("all"), env), CommonSettings.from_env(env), name="eval-test"):
+    async with running(
+        create_services(service_names("all"), env), CommonSettings.from_env(env), name="eval-test"
+    ):
         _, first, _ = await evaluate(out, *argv, "--limit", "2")
     with pytest.raises(ServiceUnreachableError, match=r"nothing serves .*conductor\.solve"):
         await evaluate(out, *argv, "--limit", "3")
@@ -106,7 +152,10 @@ def test_bad_input_exits_2_naming_it(argv: list[str], message: str, tmp_path: Pa
 def test_a_malformed_record_exits_2_naming_the_file(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "mmlu.jsonl"
     bad.write_text(json.dumps({"question": "q", "choices": ["a", "b"], "answer": 0}) + "\n")
-    assert main(["eval", "--embedded", "--benchmark", "mmlu", "--data", f"mmlu={bad}", "--out", str(tmp_path)]) == 2
+    assert (
+        main(["eval", "--embedded", "--benchmark", "mmlu", "--data", f"mmlu={bad}", "--out", str(tmp_path)])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "mmlu (" in err and "mmlu.jsonl" in err and "expected 4 choices" in err
 
@@ -114,8 +163,20 @@ def test_a_malformed_record_exits_2_naming_the_file(tmp_path: Path, capsys) -> N
 def test_embedded_run_with_a_configured_policy(tmp_path: Path) -> None:
     """The whole command: a private nats-server and every service started here, the planner's policy set."""
     out = tmp_path / "out"
-    argv = ["eval", "--embedded", "--benchmark", "sim", "--strategy", "conductor", "--limit", "2",
-            "--policy", "baseline:refine:2", "--out", str(out)]  # fmt: skip
+    argv = [
+        "eval",
+        "--embedded",
+        "--benchmark",
+        "sim",
+        "--strategy",
+        "conductor",
+        "--limit",
+        "2",
+        "--policy",
+        "baseline:refine:2",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     [row] = [r for r in results["rows"] if r["benchmark"] == "sim"]

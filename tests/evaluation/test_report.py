@@ -18,9 +18,17 @@ HOSTILE = '<script>alert("x")</script><img src="https://evil.example/x.png">'
 def _report(tmp_path: Path) -> str:
     items = grid("moa", "x", [[1, 0, 1], [1, 1, 0]], workers=("w0", "w1", "w2"), cost=0.03)
     items += grid("single:w1", "x", [[0, 0, 1], [0, 1, 1]], workers=("w1",), cost=0.001)
-    items += [item("moa", "y", 0, 9, False, response=HOSTILE), item("moa", "y", 1, 9, False, error=ErrorCode.TIMEOUT)]
-    results = table.summarize(items, ["x", "y"], ["moa", "single:w1"], {"pool": "sim", "workers": "w0,w1,w2"},
-                              versions={"x": "1", "y": "3"})  # fmt: skip
+    items += [
+        item("moa", "y", 0, 9, False, response=HOSTILE),
+        item("moa", "y", 1, 9, False, error=ErrorCode.TIMEOUT),
+    ]
+    results = table.summarize(
+        items,
+        ["x", "y"],
+        ["moa", "single:w1"],
+        {"pool": "sim", "workers": "w0,w1,w2"},
+        versions={"x": "1", "y": "3"},
+    )
     return write_report(tmp_path, results, items).read_text()
 
 

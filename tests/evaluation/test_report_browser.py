@@ -13,10 +13,19 @@ from tests.evaluation.conftest import evaluate
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing: `make test-browser` installs it"),
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing: `make test-browser` installs it"
+    ),
 ]
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # fmt: skip
+ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHARTS = """[...document.querySelectorAll('.chart svg')].map(s => {
   const r = s.getBoundingClientRect();
@@ -32,9 +41,21 @@ def artifacts() -> Path:
 
 @pytest.fixture
 async def report(services: dict[str, str], tmp_path: Path) -> Path:
-    await evaluate(tmp_path / "out", "--benchmark", "sim,gpqa-diamond,livecodebench,humaneval,rlpr",
-                   "--strategy", "conductor,single:*,moa,refine:5,consensus:5", "--limit", "3", "--repeats", "2",
-                   "--pool", services["CONDUCTOR_POOL"], "--concurrency", "16")  # fmt: skip
+    await evaluate(
+        tmp_path / "out",
+        "--benchmark",
+        "sim,gpqa-diamond,livecodebench,humaneval,rlpr",
+        "--strategy",
+        "conductor,single:*,moa,refine:5,consensus:5",
+        "--limit",
+        "3",
+        "--repeats",
+        "2",
+        "--pool",
+        services["CONDUCTOR_POOL"],
+        "--concurrency",
+        "16",
+    )
     return tmp_path / "out" / "report.html"
 
 
@@ -45,7 +66,9 @@ async def test_the_report_renders_clean_in_chromium(report: Path, artifacts: Pat
     async with playwright.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = await browser.new_page(viewport={"width": 1280, "height": 900})
-        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on(
+            "console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+        )
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
         page.on("requestfailed", lambda r: problems.append(f"failed load: {r.url}"))
         page.on("request", lambda r: problems.append(f"external load: {r.url}") if r.url != url else None)

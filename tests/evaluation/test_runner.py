@@ -23,9 +23,16 @@ def test_an_item_of_another_task_version_runs_again(tmp_path: Path) -> None:
         append(runner.items_path, it)
     strategy = Strategy(label="s", policy="baseline:single", max_steps=1)
     jobs = [
-        Job("x", strategy, 0, Problem(id=f"q{n}", benchmark="x", question="?", reference=TextReference(answer="1"),
-                                      domain="math"), "2")
+        Job(
+            "x",
+            strategy,
+            0,
+            Problem(
+                id=f"q{n}", benchmark="x", question="?", reference=TextReference(answer="1"), domain="math"
+            ),
+            "2",
+        )
         for n in (0, 1)
-    ]  # fmt: skip
+    ]
     todo, done = runner.pending(jobs)
     assert [j.problem.id for j in todo] == ["q0"] and list(done) == [same.key]

@@ -22,9 +22,7 @@ def test_shipped_answers_match_the_fixtures() -> None:
 
 def test_every_fixture_question_is_known_with_a_distinct_wrong_answer() -> None:
     decoder = msgspec.json.Decoder(WorkerRecord)
-    known = {
-        r.question: r for r in map(decoder.decode, simanswers.answers_path().read_bytes().splitlines())
-    }
+    known = {r.question: r for r in map(decoder.decode, simanswers.answers_path().read_bytes().splitlines())}
     for name in registry.benchmarks():
         for problem in registry.load_benchmark(name):
             record = known[problem.question]
@@ -45,7 +43,10 @@ def test_run_pool_is_the_sim_pool_over_the_runs_questions(tmp_path: Path) -> Non
     assert pool.names() == base.names()
     for worker, original in zip(pool.workers, base.workers, strict=True):
         assert worker.sim is not None and original.sim is not None
-        assert worker.sim.skill == original.sim.skill and worker.price_out_per_mtok == original.price_out_per_mtok
+        assert (
+            worker.sim.skill == original.sim.skill
+            and worker.price_out_per_mtok == original.price_out_per_mtok
+        )
         assert pool.resolve(worker.sim.dataset) == tmp_path / "answers.jsonl" and worker.sim.vary_by_task
     lines = (tmp_path / "answers.jsonl").read_bytes().splitlines()
     assert [msgspec.json.decode(line)["question"] for line in lines] == [p.question for p in problems]

@@ -32,7 +32,9 @@ def test_single_workers_by_name_and_all_of_them() -> None:
 def test_workers_named_with_at_and_duplicates_dropped() -> None:
     [s] = parse_strategies(["refine:3@sim-math", "refine:3@sim-math"], POOL)
     assert s == Strategy(label="refine:3@sim-math", policy="refine:3@1", max_steps=3)
-    assert parse_strategies("moa:4+r1", POOL) == [Strategy(label="moa:4+r1", policy="moa:4", max_steps=5, max_rounds=1)]
+    assert parse_strategies("moa:4+r1", POOL) == [
+        Strategy(label="moa:4+r1", policy="moa:4", max_steps=5, max_rounds=1)
+    ]
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,12 @@ from tests.evaluation.items import grid, item
 
 def _items() -> list:
     # strategy a: bench x repeats 3/4, 1/4, 2/4 correct; bench y: 4/4, 2/4, 3/4
-    a = grid("a", "x", [[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0]], workers=("w0", "w1"), cost=0.02, tokens=300)
-    a += grid("a", "y", [[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], workers=("w0", "w1"), cost=0.04, tokens=500)
+    a = grid(
+        "a", "x", [[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0]], workers=("w0", "w1"), cost=0.02, tokens=300
+    )
+    a += grid(
+        "a", "y", [[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], workers=("w0", "w1"), cost=0.04, tokens=500
+    )
     b = grid("b", "x", [[1, 0, 0, 0]] * 3, workers=("w1",), cost=0.001, tokens=100)
     b += grid("b", "y", [[0, 0, 0, 0]] * 2 + [[0, 0, 0, 1]], workers=("w1",), cost=0.003, tokens=100)
     return a + b
@@ -68,8 +72,13 @@ def test_results_json_and_csv(tmp_path: Path) -> None:
     assert data["benchmarks"] == ["x", "y"] and data["repeats"] == 3 and data["meta"] == {"pool": "p.toml"}
     rows = list(csv.DictReader((tmp_path / "results.csv").open()))
     assert [(r["strategy"], r["benchmark"]) for r in rows] == [
-        ("a", "x"), ("a", "y"), ("a", "average"), ("b", "x"), ("b", "y"), ("b", "average"),
-    ]  # fmt: skip
+        ("a", "x"),
+        ("a", "y"),
+        ("a", "average"),
+        ("b", "x"),
+        ("b", "y"),
+        ("b", "average"),
+    ]
     assert float(rows[0]["accuracy_mean"]) == pytest.approx(0.5) and rows[0]["repeats"] == "3"
     assert float(rows[2]["cost_per_question"]) == pytest.approx(0.03)
 
@@ -97,4 +106,3 @@ def test_terminal_table_has_every_benchmark_and_the_average() -> None:
 def test_pareto_front() -> None:
     points = [("cheap", 0.001, 40.0), ("mid", 0.01, 70.0), ("dominated", 0.02, 60.0), ("best", 0.05, 80.0)]
     assert pareto_front(points) == ["cheap", "mid", "best"]
-

@@ -15,7 +15,9 @@ from schemas.work import WorkReply, WorkRequest
 class ScriptedTransport:
     """Plans come from a list (one per round); each worker echoes what it saw so tests can check the template."""
 
-    def __init__(self, workflows: list[Workflow | None], *, fail_worker: str | None = None, delay: float = 0.0):
+    def __init__(
+        self, workflows: list[Workflow | None], *, fail_worker: str | None = None, delay: float = 0.0
+    ):
         self.workflows = list(workflows)
         self.fail_worker = fail_worker
         self.delay = delay
@@ -29,10 +31,14 @@ class ScriptedTransport:
     async def plan(self, req: PlanRequest, timeout: float) -> PlanReply:
         self.plan_requests.append(req)
         if not self.workflows:
-            return PlanReply(policy="scripted", error=ErrorInfo(code=ErrorCode.PLANNER_ERROR, message="script ended"))
+            return PlanReply(
+                policy="scripted", error=ErrorInfo(code=ErrorCode.PLANNER_ERROR, message="script ended")
+            )
         wf = self.workflows.pop(0)
         if wf is None:
-            return PlanReply(policy="scripted", error=ErrorInfo(code=ErrorCode.FORMAT_ERROR, message="unparseable"))
+            return PlanReply(
+                policy="scripted", error=ErrorInfo(code=ErrorCode.FORMAT_ERROR, message="unparseable")
+            )
         return PlanReply(policy="scripted", completion=f"plan {req.round}", workflow=wf, usage=Usage(calls=1))
 
     async def work(self, req: WorkRequest, timeout: float) -> WorkReply:

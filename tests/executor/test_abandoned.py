@@ -42,8 +42,9 @@ async def test_no_step_starts_after_the_requesters_deadline():
 @pytest.mark.nats
 async def test_a_clients_solve_deadline_reaches_the_executor(nats_url, subject_prefix):
     t = ScriptedTransport([WF], delay=0.3)
-    settings = ExecutorSettings(common=CommonSettings(nats_url=nats_url, subject_prefix=subject_prefix),
-                                durable=False)  # fmt: skip
+    settings = ExecutorSettings(
+        common=CommonSettings(nats_url=nats_url, subject_prefix=subject_prefix), durable=False
+    )
     svc = ExecutorService(settings, transport=t)
     nc = await nats.connect(nats_url)
     await svc.start(None)  # type: ignore[arg-type]  # not durable, transport given: start() needs no broker

@@ -48,7 +48,10 @@ async def test_math_task_instruction_reaches_each_worker_once():
     first, last = t.work_requests
     assert first.messages[-1].content == f"What is 12 * 13?\n\nSolve it.\n\n{MATH.earlier}"
     assert last.messages[-1].content == f"Give the answer.\n\n{MATH.final}"
-    assert [m.content for m in last.messages[:2]] == ["What is 12 * 13?\n\nSolve it.", "sim-frontier@0: saw 1 msgs"]
+    assert [m.content for m in last.messages[:2]] == [
+        "What is 12 * 13?\n\nSolve it.",
+        "sim-frontier@0: saw 1 msgs",
+    ]
     for step in (0, 1):  # never doubled: one instruction per worker call, whatever the history holds
         text = _all_text(t, step)
         assert text.count("\\boxed{") == 1, text
@@ -75,12 +78,16 @@ async def test_no_domain_and_pool_off_leave_messages_unchanged():
     for t in (plain, off):
         assert [r.messages for r in t.work_requests] == [
             build_messages("What is 12 * 13?", "Solve it.", []),
-            build_messages("What is 12 * 13?", "Give the answer.", [("Solve it.", "sim-frontier@0: saw 1 msgs")]),
+            build_messages(
+                "What is 12 * 13?", "Give the answer.", [("Solve it.", "sim-frontier@0: saw 1 msgs")]
+            ),
         ]
 
 
 async def test_final_scope_marks_only_each_rounds_last_step():
     final_pool = msgspec.structs.replace(POOL, answer_format=AnswerFormat(steps="final"))
     t = await _solve("Pick one. A) x B) y", "mcq", pool=final_pool)
-    assert DEFAULT_FORMATS["mcq"].earlier not in _all_text(t, 0) and DEFAULT_FORMATS["mcq"].final not in _all_text(t, 0)
+    assert DEFAULT_FORMATS["mcq"].earlier not in _all_text(t, 0) and DEFAULT_FORMATS[
+        "mcq"
+    ].final not in _all_text(t, 0)
     assert t.work_requests[1].messages[-1].content.endswith(DEFAULT_FORMATS["mcq"].final)

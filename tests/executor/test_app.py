@@ -52,7 +52,9 @@ async def _exercise(svc, broker, request, prefix: str) -> None:
     big = b'{"question": "' + b"x" * 5000 + b'"}'
     res = msgspec.json.decode(await request(big, subject), type=SolveResult)
     assert res.error.code == ErrorCode.PAYLOAD_TOO_LARGE
-    res = msgspec.json.decode(await request(b'{"question": "2+2?", "task_id": "t-1"}', subject), type=SolveResult)
+    res = msgspec.json.decode(
+        await request(b'{"question": "2+2?", "task_id": "t-1"}', subject), type=SolveResult
+    )
     assert res.error is None and res.task_id == "t-1" and res.answer == "sim-frontier@0: saw 1 msgs"
 
 

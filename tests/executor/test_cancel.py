@@ -40,7 +40,10 @@ async def test_a_cancelled_task_starts_no_further_step_and_reports_what_ran():
     assert [r.step for r in t.work_requests] == [0, 1]  # step 1 finished; step 2 never started
     assert res.error is not None and res.error.code == ErrorCode.CANCELLED and "hung up" in res.error.message
     assert [s.error is None for s in res.workflows[0].steps] == [True, True, False]
-    assert res.usage.total.cost_usd == pytest.approx(0.002) and sum(u.calls for u in res.usage.by_worker.values()) == 2
+    assert (
+        res.usage.total.cost_usd == pytest.approx(0.002)
+        and sum(u.calls for u in res.usage.by_worker.values()) == 2
+    )
 
 
 async def test_a_cancel_before_the_task_starts_stops_it_before_its_first_call():
@@ -56,7 +59,10 @@ async def test_a_cancel_before_the_task_starts_stops_it_before_its_first_call():
 
 def test_only_the_tasks_tenant_cancels_it_whatever_its_request_says():
     cancels = Cancels()
-    with cancels.watch("gateway", REQ) as cancel, cancels.watch("client", REQ) as same_id:  # two tenants, one id
+    with (
+        cancels.watch("gateway", REQ) as cancel,
+        cancels.watch("client", REQ) as same_id,
+    ):  # two tenants, one id
         assert cancels.cancel("client", "t-1.x", "mine")
         assert cancel.reason is None and same_id.reason == "mine"
     claimed = SolveRequest(question="Q?", task_id="t-2", owner="client")  # schema 8's owner: ignored
@@ -78,8 +84,9 @@ async def test_the_tenant_cancels_its_solve_on_the_bus(nats_url, subject_prefix)
     """Over NATS: a cancel on another tenant's subject is ignored; the solve's own tenant's (the client's, whose
     subject it was sent on) stops it, and its reply is the result with what ran."""
     t = ScriptedTransport([WF], delay=0.3)
-    settings = ExecutorSettings(common=CommonSettings(nats_url=nats_url, subject_prefix=subject_prefix),
-                                durable=False)  # fmt: skip
+    settings = ExecutorSettings(
+        common=CommonSettings(nats_url=nats_url, subject_prefix=subject_prefix), durable=False
+    )
     svc = ExecutorService(settings, transport=t)
     nc = await nats.connect(nats_url)
     await svc.start(types.SimpleNamespace(connection=nc))  # type: ignore[arg-type]  # start() only subscribes
@@ -90,12 +97,16 @@ async def test_the_tenant_cancels_its_solve_on_the_bus(nats_url, subject_prefix)
             solving = asyncio.create_task(client.solve(REQ, timeout=10))
             await asyncio.sleep(0.45)
             for tenant in ("gateway", "client"):
-                await nc.publish(subject_prefix + cancel_subject(tenant, "t-1.x"),
-                                 encode(CancelRequest(task_id="t-1.x", reason=f"from {tenant}")))  # fmt: skip
+                await nc.publish(
+                    subject_prefix + cancel_subject(tenant, "t-1.x"),
+                    encode(CancelRequest(task_id="t-1.x", reason=f"from {tenant}")),
+                )
             res = await solving
     finally:
         await server.stop()
         await svc.stop()
         await nc.close()
     assert [r.step for r in t.work_requests] == [0, 1]
-    assert res.error is not None and res.error.code == ErrorCode.CANCELLED and "from client" in res.error.message
+    assert (
+        res.error is not None and res.error.code == ErrorCode.CANCELLED and "from client" in res.error.message
+    )

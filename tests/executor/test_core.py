@@ -24,7 +24,9 @@ SETTINGS = ExecutorSettings(common=CommonSettings())
 
 
 def wf(ids, access, subtasks=None) -> Workflow:
-    return Workflow(model_id=ids, subtasks=subtasks or [f"sub{i}" for i in range(len(ids))], access_list=access)
+    return Workflow(
+        model_id=ids, subtasks=subtasks or [f"sub{i}" for i in range(len(ids))], access_list=access
+    )
 
 
 def run(transport, **kw):
@@ -175,7 +177,9 @@ async def test_checkpoint_after_every_plan_and_step_and_resume_skips_finished_ca
 
     plan = wf([0, 1, 2], [[], "all", "all"])
     t = ScriptedTransport([plan])
-    full = await Executor(POOL, SETTINGS, t).solve(SolveRequest(question="Q?", task_id="t1"), checkpoint=checkpoint)
+    full = await Executor(POOL, SETTINGS, t).solve(
+        SolveRequest(question="Q?", task_id="t1"), checkpoint=checkpoint
+    )
     assert full.error is None
     # plan, 3 steps, end of round
     assert [len(cp.rounds[-1].steps) if cp.workflow else "end" for cp in saved] == [0, 1, 2, 3, "end"]
@@ -207,7 +211,9 @@ async def test_resume_between_rounds_and_budget_carries_over():
 
     limited = msgspec.structs.replace(between.request, budget=Budget(max_calls=1))
     t3 = ScriptedTransport([wf([1], ["all"])])
-    res = await Executor(POOL, SETTINGS, t3).solve(limited, resume=msgspec.structs.replace(between, request=limited))
+    res = await Executor(POOL, SETTINGS, t3).solve(
+        limited, resume=msgspec.structs.replace(between, request=limited)
+    )
     assert res.error.code == ErrorCode.BUDGET_EXCEEDED and not t3.work_requests
 
 
@@ -219,7 +225,9 @@ async def test_pool_budget_defaults_apply_and_the_request_overrides_them_field_b
     assert len(t.work_requests) == 1
     t = ScriptedTransport([wf([0, 1, 2], [[], "all", "all"])])
     res = await Executor(pool, SETTINGS, t).solve(SolveRequest(question="Q?", budget=Budget(max_calls=5)))
-    assert res.error is None and len(t.work_requests) == 3  # the request's max_calls wins; max_tokens still holds
+    assert (
+        res.error is None and len(t.work_requests) == 3
+    )  # the request's max_calls wins; max_tokens still holds
 
 
 async def test_request_budget_overrides_the_executor_default_when_the_pool_sets_none():
@@ -281,7 +289,9 @@ async def test_a_fallback_standing_in_for_a_failed_backend_leaves_the_reward_uns
 async def test_a_workflow_that_parsed_on_a_resample_is_the_policys_own_and_rewarded():
     class Resampled(ScriptedTransport):
         async def plan(self, req, timeout):
-            return PlanReply(policy="conductor", workflow=wf([0], [[]]), attempts=2, format_failures=["syntax: x"])
+            return PlanReply(
+                policy="conductor", workflow=wf([0], [[]]), attempts=2, format_failures=["syntax: x"]
+            )
 
     res = await run(Resampled([]), reference="sim-frontier@0")
     assert res.reward == 1.0

@@ -38,7 +38,9 @@ class FlakyPlanner(ScriptedTransport):
         if self.failures > 0:
             self.failures -= 1
             self.plan_requests.append(req)
-            return PlanReply(policy="", error=ErrorInfo(code=ErrorCode.UNAVAILABLE, message="down", retryable=True))
+            return PlanReply(
+                policy="", error=ErrorInfo(code=ErrorCode.UNAVAILABLE, message="down", retryable=True)
+            )
         return await super().plan(req, timeout)
 
 
@@ -95,7 +97,9 @@ async def test_duplicate_submissions_give_one_result_and_one_event(nats_url, sub
             assert res.error is None and res.answer == "sim-knowledge@2: saw 5 msgs"
             await asyncio.sleep(0.3)
         assert len(t.plan_requests) == 1 and len(events) == 1
-        assert await svc.store.checkpoint(task_key(CLIENT, "dup-1")) is None  # forgotten after the result was stored
+        assert (
+            await svc.store.checkpoint(task_key(CLIENT, "dup-1")) is None
+        )  # forgotten after the result was stored
     finally:
         await sub.unsubscribe()
         await nc.close()

@@ -48,8 +48,11 @@ class PlannerOutage(ScriptedTransport):
 
 
 def _cp(steps: int, **kw) -> TaskCheckpoint:
-    rnd = RoundRecord(round=0, policy="p", steps=[StepRecord(index=i, model_id=0, worker="w", subtask="s", access=[])
-                                                   for i in range(steps)])  # fmt: skip
+    rnd = RoundRecord(
+        round=0,
+        policy="p",
+        steps=[StepRecord(index=i, model_id=0, worker="w", subtask="s", access=[]) for i in range(steps)],
+    )
     return TaskCheckpoint(task_id="t", request=SolveRequest(question="q"), rounds=[rnd], **kw)
 
 
@@ -69,7 +72,9 @@ def test_the_horizon_counts_from_the_first_failure_since_the_last_progress():
 async def test_an_outage_longer_than_the_old_delivery_budget_does_not_dead_letter(nats_url, subject_prefix):
     """Failed before: five deliveries with backoff covered a fixed span (here ~0.5 s; 15 s in production), so
     every task reaching a longer outage was dead-lettered. Now it rides the outage out within the horizon."""
-    settings = _settings(nats_url, subject_prefix, backoff_base_s=0.05, backoff_max_s=0.2, retry_horizon_s=60.0)
+    settings = _settings(
+        nats_url, subject_prefix, backoff_base_s=0.05, backoff_max_s=0.2, retry_horizon_s=60.0
+    )
     # the production default for the delivery count (a backstop now), not the small one the other tests use
     settings = msgspec.structs.replace(
         settings, intake=msgspec.structs.replace(settings.intake, max_deliver=IntakeSettings().max_deliver)
@@ -83,13 +88,17 @@ async def test_an_outage_longer_than_the_old_delivery_budget_does_not_dead_lette
             res = await client.result("outage-1", wait=30)
         assert res.error is None and t.failed >= 5
         with pytest.raises(nats.js.errors.NotFoundError):
-            await broker.connection.jetstream().get_last_msg(names.dead_stream, names.dead_subject(task_key(CLIENT, "outage-1")))
+            await broker.connection.jetstream().get_last_msg(
+                names.dead_stream, names.dead_subject(task_key(CLIENT, "outage-1"))
+            )
     finally:
         await broker.stop()
 
 
 async def test_failures_outlasting_the_horizon_dead_letter_with_a_final_error(nats_url, subject_prefix):
-    settings = _settings(nats_url, subject_prefix, backoff_base_s=0.05, backoff_max_s=0.1, retry_horizon_s=0.5)
+    settings = _settings(
+        nats_url, subject_prefix, backoff_base_s=0.05, backoff_max_s=0.1, retry_horizon_s=0.5
+    )
     t = PlannerOutage(down_s=3600.0)
     _svc, broker = await _start(settings, t)
     try:
@@ -105,7 +114,9 @@ async def test_max_wall_s_and_latency_count_from_the_first_delivery(nats_url, su
     """Failed before: a redelivered task started its wall-time budget afresh (a 30 s budget ran 165 s) and its
     ``latency_s`` left out the earlier deliveries."""
     settings = _settings(nats_url, subject_prefix, backoff_base_s=0.5, backoff_max_s=0.5)
-    t = PlannerOutage(down_s=0.1, slow_s=0.8)  # the first delivery spends 0.8 s failing; redelivered after 0.5 s
+    t = PlannerOutage(
+        down_s=0.1, slow_s=0.8
+    )  # the first delivery spends 0.8 s failing; redelivered after 0.5 s
     _svc, broker = await _start(settings, t)
     try:
         async with ConductorClient(settings.common) as client:
@@ -118,7 +129,9 @@ async def test_max_wall_s_and_latency_count_from_the_first_delivery(nats_url, su
     assert res.latency_s >= 1.3  # 0.8 s failing + 0.5 s backoff at least, all counted
 
 
-async def test_a_task_id_accepted_again_is_answered_from_the_stored_result_not_rerun(nats_url, subject_prefix):
+async def test_a_task_id_accepted_again_is_answered_from_the_stored_result_not_rerun(
+    nats_url, subject_prefix
+):
     """After a nats-server restart JetStream's duplicate window forgets ids it has seen, so an already-finished
     task id is accepted again (a fresh ``Nats-Msg-Id`` here stands for that). The stored result must answer it."""
     settings = _settings(nats_url, subject_prefix)
@@ -128,10 +141,15 @@ async def test_a_task_id_accepted_again_is_answered_from_the_stored_result_not_r
     nc = await nats.connect(nats_url)
     try:
         async with ConductorClient(settings.common) as client:
-            first = await client.result(await client.submit(SolveRequest(question="Q?", task_id="again-1")), wait=10)
+            first = await client.result(
+                await client.submit(SolveRequest(question="Q?", task_id="again-1")), wait=10
+            )
             js = nc.jetstream()
-            ack = await js.publish(names.submit(CLIENT), encode(SolveRequest(question="Q?", task_id="again-1")),
-                                   headers={"Nats-Msg-Id": "again-1/after-restart"})  # fmt: skip
+            ack = await js.publish(
+                names.submit(CLIENT),
+                encode(SolveRequest(question="Q?", task_id="again-1")),
+                headers={"Nats-Msg-Id": "again-1/after-restart"},
+            )
             assert not ack.duplicate  # JetStream took it
             for _ in range(100):  # the work queue empties once the delivery is acked
                 if (await js.stream_info(names.tasks_stream)).state.messages == 0:

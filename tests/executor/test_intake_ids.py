@@ -31,7 +31,9 @@ async def test_bad_task_ids_and_msg_ids_get_typed_results_under_usable_keys(nats
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     try:
-        await js.publish(names.submit(CLIENT), b'{"question": "q", "task_id": "a b"}', headers={"Nats-Msg-Id": "m-1"})
+        await js.publish(
+            names.submit(CLIENT), b'{"question": "q", "task_id": "a b"}', headers={"Nats-Msg-Id": "m-1"}
+        )
         ack = await js.publish(names.submit(CLIENT), b"{", headers={"Nats-Msg-Id": "no good"})
         async with ConductorClient(settings.common) as client:
             by_msg_id = await client.result("m-1", wait=10)

@@ -30,8 +30,13 @@ REQ = WorkRequest(worker="w", messages=[ChatMessage(role="user", content="hi")],
 
 
 def _endpoint(subject: str, handler) -> Endpoint:
-    return Endpoint(subject, queue="worker-adapter", title="work", handler=handler,
-                    on_error=lambda info: encode(WorkReply(worker="", error=info)))  # fmt: skip
+    return Endpoint(
+        subject,
+        queue="worker-adapter",
+        title="work",
+        handler=handler,
+        on_error=lambda info: encode(WorkReply(worker="", error=info)),
+    )
 
 
 @contextlib.asynccontextmanager
@@ -166,7 +171,9 @@ async def test_a_handler_still_running_at_its_deadline_is_cancelled(nats_url, su
     async with _served(nats_url, subject, forever):
         nc = await nats.connect(nats_url)
         try:
-            msg = await nc.request(subject, b"{}", timeout=10, headers=request_headers(None, time.time() + 0.3))
+            msg = await nc.request(
+                subject, b"{}", timeout=10, headers=request_headers(None, time.time() + 0.3)
+            )
         finally:
             await nc.close()
     reply = msgspec.json.decode(msg.data, type=WorkReply)
@@ -193,7 +200,9 @@ async def test_admission_is_bounded_overload_gets_a_typed_retryable_error(nats_u
             answered = [(await w).data for w in waiting]
         finally:
             await nc.close()
-    assert refused.error is not None and refused.error.code == ErrorCode.UNAVAILABLE and refused.error.retryable
+    assert (
+        refused.error is not None and refused.error.code == ErrorCode.UNAVAILABLE and refused.error.retryable
+    )
     assert "overloaded" in refused.error.message and answered == [b"{}", b"{}"]
 
 
@@ -201,7 +210,9 @@ async def test_an_oversized_work_request_is_a_typed_non_retryable_error(nats_url
     """Failed before: nats-py's MaxPayloadError escaped as an exception, became ``internal`` (retryable) and the
     task was redelivered five times to fail the same way."""
     transport, nc = await _transport(nats_url, subject_prefix)
-    huge = msgspec.structs.replace(REQ, messages=[ChatMessage(role="user", content="x" * (nc.max_payload + 1))])
+    huge = msgspec.structs.replace(
+        REQ, messages=[ChatMessage(role="user", content="x" * (nc.max_payload + 1))]
+    )
     try:
         reply = await transport.work(huge, timeout=5)
     finally:

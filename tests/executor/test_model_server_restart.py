@@ -31,14 +31,25 @@ def test_the_default_horizon_outlives_a_model_server_restart():
 async def test_a_durable_task_waits_out_a_model_server_restart(nats_url, subject_prefix, tmp_path):
     port = free_port()  # nothing listens here until the "restart" is over: connections are refused
     pool = tmp_path / "pool.toml"
-    pool.write_text(f'[[workers]]\nname = "smol"\nprovider = "openai_compatible"\nmodel = "smol"\n'
-                    f'base_url = "http://127.0.0.1:{port}/v1"\nmax_retries = 1\n')  # fmt: skip
-    env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_POOL": str(pool),
-           "CONDUCTOR_LOG_LEVEL": "ERROR", "CONDUCTOR_REDELIVERY_BACKOFF_BASE_S": "0.2",
-           "CONDUCTOR_REDELIVERY_BACKOFF_MAX_S": "0.5", "CONDUCTOR_RETRY_BACKOFF_BASE_S": "0.05"}  # fmt: skip
+    pool.write_text(
+        f'[[workers]]\nname = "smol"\nprovider = "openai_compatible"\nmodel = "smol"\n'
+        f'base_url = "http://127.0.0.1:{port}/v1"\nmax_retries = 1\n'
+    )
+    env = {
+        "NATS_URL": nats_url,
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        "CONDUCTOR_POOL": str(pool),
+        "CONDUCTOR_LOG_LEVEL": "ERROR",
+        "CONDUCTOR_REDELIVERY_BACKOFF_BASE_S": "0.2",
+        "CONDUCTOR_REDELIVERY_BACKOFF_MAX_S": "0.5",
+        "CONDUCTOR_RETRY_BACKOFF_BASE_S": "0.05",
+    }
     settings = CommonSettings.from_env(env)
-    async with running(create_services(["executor", "planner", "worker-adapter", "verifier"], env), settings,
-                       name="model-restart"):  # fmt: skip
+    async with running(
+        create_services(["executor", "planner", "worker-adapter", "verifier"], env),
+        settings,
+        name="model-restart",
+    ):
         async with ConductorClient(settings) as client:
             started = time.monotonic()
             task_id = await client.submit(

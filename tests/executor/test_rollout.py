@@ -24,7 +24,9 @@ from services.executor.rollouts import Rollouts
 from tests.executor.fakes import ScriptedTransport
 
 POOL = load_pool(None)  # sim-frontier, sim-math, sim-knowledge, sim-small
-SETTINGS = ExecutorSettings(common=CommonSettings(), calls=CallSettings(retry_base_s=0.01, verify_retry_s=0.05))
+SETTINGS = ExecutorSettings(
+    common=CommonSettings(), calls=CallSettings(retry_base_s=0.01, verify_retry_s=0.05)
+)
 VIEW = ["sim-small", "sim-math"]  # the policy saw the deployment's 4th worker as Model 0, its 2nd as Model 1
 
 
@@ -42,9 +44,13 @@ def rollout(**kw) -> Rollout:
     return Rollout(**{**fields, **kw})
 
 
-async def score(*rollouts: Rollout, transport=None, concurrency: int = 8) -> tuple[RolloutBatchResult, ScriptedTransport]:
+async def score(
+    *rollouts: Rollout, transport=None, concurrency: int = 8
+) -> tuple[RolloutBatchResult, ScriptedTransport]:
     t = transport or ScriptedTransport([])  # the planner must never be asked
-    result = await Rollouts(Executor(POOL, SETTINGS, t), concurrency).run(RolloutBatch(rollouts=list(rollouts)))
+    result = await Rollouts(Executor(POOL, SETTINGS, t), concurrency).run(
+        RolloutBatch(rollouts=list(rollouts))
+    )
     assert t.plan_requests == []
     return result, t
 
@@ -74,19 +80,31 @@ async def test_correct_scores_one_wrong_scores_half_with_verdict_steps_usage_and
         rollout(id="wrong", reference="sim-math@0", completion=completion([0, 1], [[], "all"])),
     )
     right, wrong = res.results
-    assert (right.id, right.reward, right.parsed, right.verdict.outcome) == ("right", 1.0, True, Outcome.CORRECT)
+    assert (right.id, right.reward, right.parsed, right.verdict.outcome) == (
+        "right",
+        1.0,
+        True,
+        Outcome.CORRECT,
+    )
     assert right.answer == "sim-small@0: saw 1 msgs" and right.policy_version == "v7" and right.error is None
     assert (wrong.reward, wrong.verdict.outcome) == (0.5, Outcome.INCORRECT) and len(wrong.steps) == 2
-    assert wrong.usage.calls == 2 and abs(wrong.usage.cost_usd - 0.002) < 1e-12  # the workers' total, no planner
+    assert (
+        wrong.usage.calls == 2 and abs(wrong.usage.cost_usd - 0.002) < 1e-12
+    )  # the workers' total, no planner
     assert t.events == []  # progress events are off for rollouts
     assert all(w.task_id.startswith("rollout-") and not w.idempotent for w in t.work_requests)
 
 
 async def test_the_pool_view_renumbers_the_workers():
     """Ordinal 0 runs pool[0] even when that is the deployment's last worker."""
-    res, t = await score(rollout(pool=["sim-small", "sim-frontier", "sim-math"], completion=completion([0, 2], [[], "all"])))
+    res, t = await score(
+        rollout(pool=["sim-small", "sim-frontier", "sim-math"], completion=completion([0, 2], [[], "all"]))
+    )
     (r,) = res.results
-    assert [s.worker for s in r.steps] == ["sim-small", "sim-math"] and [s.model_id for s in r.steps] == [0, 2]
+    assert [s.worker for s in r.steps] == ["sim-small", "sim-math"] and [s.model_id for s in r.steps] == [
+        0,
+        2,
+    ]
     assert [w.worker for w in t.work_requests] == ["sim-small", "sim-math"]
 
 
@@ -101,7 +119,9 @@ async def test_a_recursive_rollout_hands_back_the_previous_answer_then_it_is_ver
 async def test_a_recursive_rollouts_all_access_sees_the_previous_final_response():
     previous = [PriorRound(completion=ONE_STEP, final_response="earlier answer")]
     res, t = await score(
-        rollout(round=1, previous=previous, completion=completion([1, 0], [[], "all"]), reference="sim-small@1")
+        rollout(
+            round=1, previous=previous, completion=completion([1, 0], [[], "all"]), reference="sim-small@1"
+        )
     )
     (r,) = res.results
     assert r.parsed and not r.handback and r.reward == 1.0
@@ -129,7 +149,10 @@ async def test_a_verifier_outage_masks_the_reward_and_says_why():
 
 
 async def test_a_failing_worker_or_the_budget_masks_the_reward():
-    res, _ = await score(rollout(completion=completion([1, 0], [[], "all"])), transport=ScriptedTransport([], fail_worker="sim-math"))
+    res, _ = await score(
+        rollout(completion=completion([1, 0], [[], "all"])),
+        transport=ScriptedTransport([], fail_worker="sim-math"),
+    )
     assert res.results[0].reward is None and res.results[0].error.code == ErrorCode.WORKER_ERROR
     res, _ = await score(rollout(completion=completion([0, 1], [[], "all"]), budget=Budget(max_calls=1)))
     assert res.results[0].reward is None and res.results[0].error.code == ErrorCode.BUDGET_EXCEEDED
@@ -196,8 +219,17 @@ async def test_the_rollout_handler_in_memory_with_typed_errors_for_bad_batches(s
 
         good = await request(RolloutBatch(rollouts=[rollout(id="x"), rollout(id="y", completion="nope")]))
         assert good.error is None and [(r.id, r.reward) for r in good.results] == [("x", 1.0), ("y", 0.0)]
-        over = await request({"rollouts": [msgspec.to_builtins(rollout(id=f"r{i}")) for i in range(MAX_ROLLOUTS_PER_BATCH + 1)]})
-        assert over.results == [] and (over.error.code, over.error.field) == (ErrorCode.BAD_REQUEST, "rollouts")
+        over = await request(
+            {
+                "rollouts": [
+                    msgspec.to_builtins(rollout(id=f"r{i}")) for i in range(MAX_ROLLOUTS_PER_BATCH + 1)
+                ]
+            }
+        )
+        assert over.results == [] and (over.error.code, over.error.field) == (
+            ErrorCode.BAD_REQUEST,
+            "rollouts",
+        )
         empty = await request({"rollouts": []})
         assert (empty.error.code, empty.error.field) == (ErrorCode.BAD_REQUEST, "rollouts")
         bad = await request({"rollouts": [{**msgspec.to_builtins(rollout()), "pool": ["sim-math", "who"]}]})

@@ -44,13 +44,21 @@ from tests.executor.test_rollout import ONE_STEP, VIEW
 pytestmark = pytest.mark.nats
 
 POOL = load_pool(None)
-FAST = CallSettings(beat_s=0.2, beat_misses=3, retry_base_s=0.01)  # AckWait 0.6 s: a lost replica in under a second
+FAST = CallSettings(
+    beat_s=0.2, beat_misses=3, retry_base_s=0.01
+)  # AckWait 0.6 s: a lost replica in under a second
 SETTINGS = ExecutorSettings(common=CommonSettings(), calls=FAST)
 LATENCY_S = 1.0  # per worker call: a rollout of ONE_STEP takes one of these
 
 
 def rollout(i: int, **kw) -> Rollout:
-    fields = {"id": f"r{i}", "question": "Q?", "pool": VIEW, "completion": ONE_STEP, "reference": "sim-small@0"}
+    fields = {
+        "id": f"r{i}",
+        "question": "Q?",
+        "pool": VIEW,
+        "completion": ONE_STEP,
+        "reference": "sim-small@0",
+    }
     return Rollout(**{**fields, **kw})
 
 
@@ -108,7 +116,9 @@ async def learner(url: str, prefix: str, **section) -> AsyncIterator[RolloutClie
     nc = await nats.connect(url)
     settings = RolloutSection(**{"timeout_s": 30.0, "retries": 0, **section})
     try:
-        yield RolloutClient(rollout_transport(nc, prefix, settings, CallPolicy(beat_s=0.2, failover_s=2.0)), settings)
+        yield RolloutClient(
+            rollout_transport(nc, prefix, settings, CallPolicy(beat_s=0.2, failover_s=2.0)), settings
+        )
     finally:
         await nc.close()
 
@@ -123,7 +133,9 @@ async def until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 async def fetcher(nc: nats.NATS, prefix: str):
     """A raw fetch from the executors' consumer: a replica that takes an item and is then lost."""
-    return await nc.jetstream().pull_subscribe_bind(ROLLOUTS_CONSUMER, Names.for_prefix(prefix).rollouts_stream)
+    return await nc.jetstream().pull_subscribe_bind(
+        ROLLOUTS_CONSUMER, Names.for_prefix(prefix).rollouts_stream
+    )
 
 
 async def test_a_batch_spreads_over_the_replicas_by_free_slots(nats_url, subject_prefix):
@@ -185,8 +197,10 @@ async def test_a_second_outcome_for_an_item_is_dropped(nats_url, subject_prefix)
         item = msgspec.json.decode(msg.data, type=RolloutItem)
         first = RolloutResult(id=item.rollout.id, reward=0.5, parsed=True, answer="the first")
         run = msg.subject.rsplit(".", 1)[-1]
-        await nc.publish(subject_prefix + ROLLOUT_RESULTS.subject(run=run),
-                         encode(RolloutOutcome(key=item.key, result=first)))  # fmt: skip; never acknowledged
+        await nc.publish(
+            subject_prefix + ROLLOUT_RESULTS.subject(run=run),
+            encode(RolloutOutcome(key=item.key, result=first)),
+        )  # never acknowledged
         (result,) = await asyncio.wait_for(scoring, 5)
         async with replicas(nats_url, subject_prefix, (1, 0.05)) as (second,):  # gets it after AckWait
             await until(lambda: transport.duplicates > 0)
@@ -208,7 +222,11 @@ async def test_an_item_lost_too_often_comes_back_masked_unrun(nats_url, subject_
             async with replicas(nats_url, subject_prefix, (1, 0.05)) as (last,):
                 (result,) = await asyncio.wait_for(scoring, 5)
     await nc.close()
-    assert result.reward is None and result.error.code == ErrorCode.UNAVAILABLE and result.policy_version == "p@3"
+    assert (
+        result.reward is None
+        and result.error.code == ErrorCode.UNAVAILABLE
+        and result.policy_version == "p@3"
+    )
     assert f"lost {MAX_RUNS} times" in result.error.message and last.workers.work_requests == []
 
 

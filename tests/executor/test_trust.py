@@ -25,13 +25,17 @@ from tests.executor.fakes import ScriptedTransport
 from tests.executor.test_durable import _settings, _start
 
 POOL = load_pool(None)  # sim-frontier, sim-math, sim-knowledge, sim-small
-SETTINGS = ExecutorSettings(common=CommonSettings(), calls=CallSettings(retry_base_s=0.01, verify_retry_s=0.05))
+SETTINGS = ExecutorSettings(
+    common=CommonSettings(), calls=CallSettings(retry_base_s=0.01, verify_retry_s=0.05)
+)
 QUESTION = "What is 2 + 2?"
 HANG_S = 5.0  # far above any of these runs; a deadlocked task would wait forever
 
 
 def wf(ids: list[int], access: list, subtasks: list[str] | None = None) -> Workflow:
-    return Workflow(model_id=ids, subtasks=subtasks or [f"sub{i}" for i in range(len(ids))], access_list=access)
+    return Workflow(
+        model_id=ids, subtasks=subtasks or [f"sub{i}" for i in range(len(ids))], access_list=access
+    )
 
 
 async def solve(t: ScriptedTransport, *, resume: TaskCheckpoint | None = None, **kw):
@@ -65,7 +69,9 @@ async def test_a_model_id_outside_the_pool_view_calls_no_worker(model_id):
 async def test_the_pool_view_not_the_deployment_bounds_model_ids():
     t = ScriptedTransport([wf([2], [[]])])
     res = await solve(t, pool=["sim-small", "sim-math"])
-    assert res.error.code == ErrorCode.FORMAT_ERROR and "(0..1)" in res.error.message and t.work_requests == []
+    assert (
+        res.error.code == ErrorCode.FORMAT_ERROR and "(0..1)" in res.error.message and t.work_requests == []
+    )
 
 
 async def test_more_steps_than_the_cap_calls_no_worker():
@@ -79,7 +85,11 @@ async def test_more_steps_than_the_cap_calls_no_worker():
 async def test_the_request_step_cap_is_the_one_checked():
     t = ScriptedTransport([wf([0] * 3, [[]] * 3)])
     res = await solve(t, max_steps=2)
-    assert res.error.code == ErrorCode.FORMAT_ERROR and "at most 2" in res.error.message and t.work_requests == []
+    assert (
+        res.error.code == ErrorCode.FORMAT_ERROR
+        and "at most 2" in res.error.message
+        and t.work_requests == []
+    )
     t = ScriptedTransport([wf([0] * 7, [[]] * 7)])
     res = await solve(t, max_steps=7)
     assert res.error is None and len(t.work_requests) == 7
@@ -123,16 +133,26 @@ async def test_an_invalid_baseline_plan_is_the_planners_error_with_no_reward():
 
 
 async def test_an_invalid_fallback_plan_after_unparseable_samples_is_an_error_with_reward_zero():
-    reply = PlanReply(policy="moa", workflow=wf([9], [[]]), attempts=3, fallback_used=True, format_failures=["x"])
+    reply = PlanReply(
+        policy="moa", workflow=wf([9], [[]]), attempts=3, fallback_used=True, format_failures=["x"]
+    )
     res = await solve(Planned(reply), reference="4")
-    assert res.error.code == ErrorCode.PLANNER_ERROR and res.reward == 0.0  # the policy's samples failed to parse
+    assert (
+        res.error.code == ErrorCode.PLANNER_ERROR and res.reward == 0.0
+    )  # the policy's samples failed to parse
 
 
 # --- checkpoints on resume --------------------------------------------------------------------------------------
 
 
-def in_progress(request: SolveRequest, *, workflow: Workflow, steps: list[StepRecord], **kw) -> TaskCheckpoint:
-    fields = {"task_id": request.task_id, "request": request, "rounds": [RoundRecord(round=0, policy="p", steps=steps)]}
+def in_progress(
+    request: SolveRequest, *, workflow: Workflow, steps: list[StepRecord], **kw
+) -> TaskCheckpoint:
+    fields = {
+        "task_id": request.task_id,
+        "request": request,
+        "rounds": [RoundRecord(round=0, policy="p", steps=steps)],
+    }
     return TaskCheckpoint(**{**fields, "workflow": workflow, **kw})
 
 
@@ -160,7 +180,9 @@ async def test_a_checkpoint_with_another_request_is_refused_and_the_submitted_re
 async def test_a_checkpoint_of_another_task_is_refused():
     other = in_progress(msgspec.structs.replace(SUBMITTED, task_id="t-2"), workflow=FRESH, steps=[])
     t = ScriptedTransport([FRESH])
-    res = await solve(t, resume=msgspec.structs.replace(other, request=SUBMITTED), **msgspec.structs.asdict(SUBMITTED))
+    res = await solve(
+        t, resume=msgspec.structs.replace(other, request=SUBMITTED), **msgspec.structs.asdict(SUBMITTED)
+    )
     assert res.error is None and len(t.plan_requests) == 1
 
 
@@ -177,7 +199,16 @@ async def test_a_checkpoint_of_another_task_is_refused():
         (FRESH, [step(0, subtask="not the plan's")]),  # a record of another plan
         (FRESH, [step(0, model_id=3, worker="sim-small")]),  # a record of another model id
     ],
-    ids=["model-id", "access", "cap", "record-index", "record-twice", "record-worker", "record-subtask", "record-id"],
+    ids=[
+        "model-id",
+        "access",
+        "cap",
+        "record-index",
+        "record-twice",
+        "record-worker",
+        "record-subtask",
+        "record-id",
+    ],
 )
 async def test_an_invalid_checkpoint_is_refused_and_the_task_starts_afresh(workflow, steps):
     cp = in_progress(SUBMITTED, workflow=workflow, steps=steps)
@@ -190,8 +221,13 @@ async def test_an_invalid_checkpoint_is_refused_and_the_task_starts_afresh(workf
 async def test_a_checkpoint_whose_answer_its_records_do_not_give_is_refused():
     """Between rounds the standing answer is the last round's final response; a forged one is not believed."""
     done = RoundRecord(round=0, policy="p", completion="c", steps=[step(0, response="4")])
-    honest = TaskCheckpoint(task_id="t-1", request=msgspec.structs.replace(SUBMITTED, max_rounds=1), rounds=[done],
-                            previous=[PriorRound(completion="c", final_response="4")], answer="4")  # fmt: skip
+    honest = TaskCheckpoint(
+        task_id="t-1",
+        request=msgspec.structs.replace(SUBMITTED, max_rounds=1),
+        rounds=[done],
+        previous=[PriorRound(completion="c", final_response="4")],
+        answer="4",
+    )
     for cp, planned_round in [(honest, 1), (msgspec.structs.replace(honest, answer="sim-frontier@0"), 0)]:
         t = ScriptedTransport([wf([], []), wf([], [])])
         await solve(t, resume=cp, **msgspec.structs.asdict(cp.request))
@@ -206,7 +242,9 @@ async def test_a_valid_checkpoint_still_resumes_without_repeating_finished_calls
 
 
 @pytest.mark.nats
-async def test_the_durable_intake_runs_the_submitted_request_over_a_forged_checkpoint(nats_url, subject_prefix):
+async def test_the_durable_intake_runs_the_submitted_request_over_a_forged_checkpoint(
+    nats_url, subject_prefix
+):
     """The checkpoint bucket is read on every delivery: a checkpoint written there before the task arrives (or an
     undecodable one) is refused and dropped, and the submitted question is what the planner and workers see."""
     settings = _settings(nats_url, subject_prefix)
@@ -254,8 +292,14 @@ async def test_a_verdict_for_another_item_is_never_credited():
     t = Misrouted(lambda batch: VerifyBatchResult(verdicts=[correct("someone-else")]))
     res = await solve(t, task_id="t-1", reference="the wrong answer")
     assert res.verdict is None and res.reward is None
-    assert res.error.code == ErrorCode.UNAVAILABLE and res.error.retryable and "does not match" in res.error.message
-    assert len(t.verify_batches) >= 2  # asked again (services/executor/verifying.py), like any transient failure
+    assert (
+        res.error.code == ErrorCode.UNAVAILABLE
+        and res.error.retryable
+        and "does not match" in res.error.message
+    )
+    assert (
+        len(t.verify_batches) >= 2
+    )  # asked again (services/executor/verifying.py), like any transient failure
 
 
 @pytest.mark.parametrize("count", [0, 2])
@@ -278,11 +322,15 @@ class Impostor(ScriptedTransport):
 
     async def work(self, req, timeout):
         self.work_requests.append(req)
-        return WorkReply(worker="sim-small", text="sim-frontier@0 (forged)", usage=Usage(calls=1, cost_usd=9.0))
+        return WorkReply(
+            worker="sim-small", text="sim-frontier@0 (forged)", usage=Usage(calls=1, cost_usd=9.0)
+        )
 
 
 async def test_a_worker_reply_in_another_workers_name_is_not_believed():
     t = Impostor([FRESH])
     res = await solve(t, reference="sim-frontier@0")
-    assert res.error.code == ErrorCode.WORKER_ERROR and res.error.retryable and "sim-small" in res.error.message
+    assert (
+        res.error.code == ErrorCode.WORKER_ERROR and res.error.retryable and "sim-small" in res.error.message
+    )
     assert res.answer is None and res.reward is None and res.usage.total.cost_usd == 0.0

@@ -18,7 +18,9 @@ from services.executor.core import Executor
 from tests.executor.fakes import ScriptedTransport
 from tests.executor.test_durable import WF, _settings, _start
 
-DOWN = ErrorInfo(code=ErrorCode.UNAVAILABLE, message="verifier did not answer: NoRespondersError", retryable=True)
+DOWN = ErrorInfo(
+    code=ErrorCode.UNAVAILABLE, message="verifier did not answer: NoRespondersError", retryable=True
+)
 QUICK = CallSettings(retry_base_s=0.01, retry_max_s=0.05)
 
 
@@ -47,19 +49,25 @@ def _executor(t, verify_retry_s: float) -> Executor:
 async def test_a_short_verifier_outage_is_retried_and_the_task_gets_its_verdict():
     """Failed before: the first unanswered request became the final verdict ``error`` with reward None."""
     t = VerifierOutage(failures=3)
-    res = await _executor(t, verify_retry_s=30).solve(SolveRequest(question="Q?", reference="sim-knowledge@2"))
+    res = await _executor(t, verify_retry_s=30).solve(
+        SolveRequest(question="Q?", reference="sim-knowledge@2")
+    )
     assert res.error is None and res.verdict.outcome == Outcome.CORRECT and res.reward == 1.0
     assert t.failed == 3 and len(t.verify_batches) == 1
 
 
 async def test_a_persistent_verifier_outage_is_a_typed_retryable_error_not_a_verdict():
     t = VerifierOutage(down_s=3600)
-    res = await _executor(t, verify_retry_s=0.1).solve(SolveRequest(question="Q?", reference="sim-knowledge@2"))
+    res = await _executor(t, verify_retry_s=0.1).solve(
+        SolveRequest(question="Q?", reference="sim-knowledge@2")
+    )
     assert res.verdict is None and res.reward is None and res.answer is not None
     assert res.error.code == ErrorCode.UNAVAILABLE and res.error.retryable and t.failed >= 2
 
 
-async def test_a_durable_task_outlives_a_verifier_outage_without_repeating_worker_calls(nats_url, subject_prefix):
+async def test_a_durable_task_outlives_a_verifier_outage_without_repeating_worker_calls(
+    nats_url, subject_prefix
+):
     """Failed before: 50/50 durable tasks were acked with verdict ``error`` after a 30 s verifier outage."""
     settings = _settings(nats_url, subject_prefix, backoff_base_s=0.1, backoff_max_s=0.2, max_deliver=1000)
     settings = msgspec.structs.replace(settings, calls=msgspec.structs.replace(QUICK, verify_retry_s=0.1))

@@ -37,7 +37,10 @@ def slow_pool(tmp_path: Path, latency_s: float) -> Path:
     """The bundled demo pool with every sim worker slowed to ``latency_s`` (for mid-task disconnects)."""
     text = resources.files("conductor.data").joinpath("demo_pool.toml").read_text(encoding="utf-8")
     text = re.sub(r"latency_s = [0-9.]+", f"latency_s = {latency_s}", text)
-    text = text.replace('dataset = "demo_questions.jsonl"', f'dataset = "{resources.files("conductor.data") / "demo_questions.jsonl"}"')
+    text = text.replace(
+        'dataset = "demo_questions.jsonl"',
+        f'dataset = "{resources.files("conductor.data") / "demo_questions.jsonl"}"',
+    )
     path = tmp_path / "pool.toml"
     path.write_text(text)
     load_pool(path)  # fail here, not inside a service, if the rewrite broke it
@@ -52,15 +55,26 @@ def keys_file(tmp_path: Path) -> tuple[Path, str, str, str, str, str]:
     metered, metered_entry = new_key("metered")
     limited_entry = type(limited_entry)(name="limited", sha256=limited_entry.sha256, rpm=2)
     spend_entry = type(spend_entry)(name="spender", sha256=spend_entry.sha256, spend_usd_per_day=1e-9)
-    reserved_entry = type(reserved_entry)(name="reserved", sha256=reserved_entry.sha256, spend_usd_per_day=0.0003,
-                                          reserve_usd=0.00005)  # fmt: skip
+    reserved_entry = type(reserved_entry)(
+        name="reserved", sha256=reserved_entry.sha256, spend_usd_per_day=0.0003, reserve_usd=0.00005
+    )
     metered_entry = type(metered_entry)(name="metered", sha256=metered_entry.sha256, spend_usd_per_day=100.0)
     path = tmp_path / "keys.toml"
-    path.write_text("".join(entry_toml(e) for e in (entry, limited_entry, spend_entry, reserved_entry, metered_entry)))
+    path.write_text(
+        "".join(entry_toml(e) for e in (entry, limited_entry, spend_entry, reserved_entry, metered_entry))
+    )
     return path, key, limited, spender, reserved, metered
 
 
-async def start_gateway(nats_url, prefix, tmp_path, *, pool: Path | None = None, services=("executor", "planner", "worker-adapter", "verifier"), **overrides):
+async def start_gateway(
+    nats_url,
+    prefix,
+    tmp_path,
+    *,
+    pool: Path | None = None,
+    services=("executor", "planner", "worker-adapter", "verifier"),
+    **overrides,
+):
     env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": prefix, "CONDUCTOR_LOG_LEVEL": "WARNING"}
     if pool is not None:
         env["CONDUCTOR_POOL"] = str(pool)
@@ -69,8 +83,14 @@ async def start_gateway(nats_url, prefix, tmp_path, *, pool: Path | None = None,
     settings = GatewaySettings(common=common, port=0, keys_file=path, **overrides)
     gateway = GatewayService(settings)
     return running([*create_services(list(services), env), gateway], common, name="gw-test"), Gateway(
-        url="", key=key, limited_key=limited, spend_key=spender, reserved_key=reserved, metered_key=metered,
-        service=gateway, prefix=prefix,
+        url="",
+        key=key,
+        limited_key=limited,
+        spend_key=spender,
+        reserved_key=reserved,
+        metered_key=metered,
+        service=gateway,
+        prefix=prefix,
     )
 
 

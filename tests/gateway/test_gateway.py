@@ -32,22 +32,30 @@ def counter(name: str, **labels: str) -> float:
 async def test_sync_sdk_gets_an_answer_with_usage_dollars_and_calls(gateway):
     def call():
         sync = openai.OpenAI(base_url=gateway.url + "/v1", api_key=gateway.key, max_retries=0)
-        return sync.chat.completions.create(model="conductor", messages=[{"role": "user", "content": QUESTION}])
+        return sync.chat.completions.create(
+            model="conductor", messages=[{"role": "user", "content": QUESTION}]
+        )
 
     reply = await asyncio.to_thread(call)
     assert reply.object == "chat.completion" and reply.model == "conductor"
     assert reply.choices[0].message.role == "assistant"
     assert reply.choices[0].message.content and reply.choices[0].finish_reason == "stop"
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens > 0
-    assert reply.usage.model_extra["cost_usd"] > 0 and reply.usage.model_extra["calls"] >= 2  # MoA: proposers + aggregator
+    assert (
+        reply.usage.model_extra["cost_usd"] > 0 and reply.usage.model_extra["calls"] >= 2
+    )  # MoA: proposers + aggregator
     assert reply.model_extra["conductor"]["steps"] == reply.usage.model_extra["calls"]
 
 
 async def test_async_sdk_model_picks_worker_or_baseline(gateway):
     sdk = client(gateway)
-    single = await sdk.chat.completions.create(model="sim-math", messages=[{"role": "user", "content": QUESTION}])
+    single = await sdk.chat.completions.create(
+        model="sim-math", messages=[{"role": "user", "content": QUESTION}]
+    )
     assert single.model_extra["conductor"]["workers"] == ["sim-math"]
-    refine = await sdk.chat.completions.create(model="refine:2", messages=[{"role": "user", "content": QUESTION}])
+    refine = await sdk.chat.completions.create(
+        model="refine:2", messages=[{"role": "user", "content": QUESTION}]
+    )
     assert refine.model_extra["conductor"]["steps"] == 2
     models = await sdk.models.list()
     ids = [m.id for m in models.data]
@@ -63,7 +71,9 @@ async def test_streaming_answer_matches_and_usage_arrives_in_the_final_chunk(gat
     )
     chunks = [c async for c in stream]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    plain = await sdk.chat.completions.create(model="sim-math", messages=[{"role": "user", "content": QUESTION}])
+    plain = await sdk.chat.completions.create(
+        model="sim-math", messages=[{"role": "user", "content": QUESTION}]
+    )
     assert text == plain.choices[0].message.content  # sim workers are deterministic for the same request
     assert chunks[0].choices[0].delta.role == "assistant"
     assert chunks[-1].choices[0].finish_reason == "stop"
@@ -81,10 +91,16 @@ async def test_streaming_usage_chunk_when_asked_and_progress_only_when_asked(gat
         extra_body={"conductor_progress": True},
     )
     chunks = [c async for c in stream]
-    progress = [c.model_extra["conductor"]["progress"]["kind"] for c in chunks if not c.choices and "conductor" in c.model_extra]
+    progress = [
+        c.model_extra["conductor"]["progress"]["kind"]
+        for c in chunks
+        if not c.choices and "conductor" in c.model_extra
+    ]
     assert "planned" in progress and "step_done" in progress
     assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0  # OpenAI's usage-only chunk
-    assert all(c.usage is None for c in chunks[:-1])  # usage once: clients that add up chunks do not double it
+    assert all(
+        c.usage is None for c in chunks[:-1]
+    )  # usage once: clients that add up chunks do not double it
 
 
 async def test_durable_path_and_fetching_the_task_later_with_its_own_key_only(gateway):
@@ -94,10 +110,14 @@ async def test_durable_path_and_fetching_the_task_later_with_its_own_key_only(ga
     )
     task_id = reply.model_extra["conductor"]["task_id"]
     async with aiohttp.ClientSession() as http:
-        async with http.get(f"{gateway.url}/v1/conductor/tasks/{task_id}", headers=_auth(gateway.key)) as resp:
+        async with http.get(
+            f"{gateway.url}/v1/conductor/tasks/{task_id}", headers=_auth(gateway.key)
+        ) as resp:
             assert resp.status == 200
             assert (await resp.json())["choices"][0]["message"]["content"] == reply.choices[0].message.content
-        async with http.get(f"{gateway.url}/v1/conductor/tasks/{task_id}", headers=_auth(gateway.limited_key)) as resp:
+        async with http.get(
+            f"{gateway.url}/v1/conductor/tasks/{task_id}", headers=_auth(gateway.limited_key)
+        ) as resp:
             assert resp.status == 404
 
 
@@ -108,7 +128,11 @@ def _auth(key: str) -> dict[str, str]:
 async def _post(gw, body: bytes | str, headers: dict[str, str] | None = None) -> tuple[int, dict, dict]:
     async with aiohttp.ClientSession() as http:
         data = body.encode() if isinstance(body, str) else body
-        async with http.post(gw.url + "/v1/chat/completions", data=data, headers=headers if headers is not None else _auth(gw.key)) as resp:
+        async with http.post(
+            gw.url + "/v1/chat/completions",
+            data=data,
+            headers=headers if headers is not None else _auth(gw.key),
+        ) as resp:
             return resp.status, await resp.json(content_type=None), dict(resp.headers)
 
 
@@ -119,9 +143,24 @@ async def _post(gw, body: bytes | str, headers: dict[str, str] | None = None) ->
         ('{"model": "conductor", "messages": "hello"}', 400, "messages", "invalid_request"),
         ('{"model": 5, "messages": []}', 400, "model", "invalid_request"),
         ('{"messages": [{"role": "user", "content": "hi"}]}', 400, "model", "invalid_request"),
-        ('{"model": "conductor", "messages": [{"role": "wizard", "content": "hi"}]}', 400, "messages[0].role", "invalid_request"),
-        ('{"model": "conductor", "messages": [{"role": "user", "content": "hi"}], "n": 3}', 400, "n", "invalid_request"),
-        ('{"model": "conductor", "messages": [{"role": "user", "content": "hi"}], "pool": ["nobody"]}', 400, "pool[0]", "bad_request"),
+        (
+            '{"model": "conductor", "messages": [{"role": "wizard", "content": "hi"}]}',
+            400,
+            "messages[0].role",
+            "invalid_request",
+        ),
+        (
+            '{"model": "conductor", "messages": [{"role": "user", "content": "hi"}], "n": 3}',
+            400,
+            "n",
+            "invalid_request",
+        ),
+        (
+            '{"model": "conductor", "messages": [{"role": "user", "content": "hi"}], "pool": ["nobody"]}',
+            400,
+            "pool[0]",
+            "bad_request",
+        ),
     ],
 )
 async def test_plain_http_bad_bodies_get_openai_error_shape(gateway, body, status, param, code):
@@ -141,11 +180,20 @@ async def test_huge_bodies_are_refused_before_reading(gateway):
             yield b"x" * 65536
 
     async with aiohttp.ClientSession() as http:
-        async with http.post(gateway.url + "/v1/chat/completions", data=chunked(), headers=_auth(gateway.key)) as resp:
+        async with http.post(
+            gateway.url + "/v1/chat/completions", data=chunked(), headers=_auth(gateway.key)
+        ) as resp:
             assert resp.status == 413
 
 
-@pytest.mark.parametrize(("headers", "code"), [({}, "missing_api_key"), ({"Authorization": "Bearer cnd-wrong"}, "invalid_api_key"), ({"Authorization": "Basic abc"}, "missing_api_key")])
+@pytest.mark.parametrize(
+    ("headers", "code"),
+    [
+        ({}, "missing_api_key"),
+        ({"Authorization": "Bearer cnd-wrong"}, "invalid_api_key"),
+        ({"Authorization": "Basic abc"}, "missing_api_key"),
+    ],
+)
 async def test_requests_without_a_valid_key_get_401(gateway, headers, code):
     body = json.dumps({"model": "conductor", "messages": [{"role": "user", "content": QUESTION}]})
     status, payload, _ = await _post(gateway, body, headers)
@@ -170,7 +218,9 @@ async def test_rate_and_spend_limits_give_429_with_retry_after_and_per_key_metri
     assert (status, payload["error"]["code"]) == (429, "spend_limit_exceeded")
     assert counter("conductor_gateway_cost_usd_total", key="spender") == 0
     with pytest.raises(openai.RateLimitError):
-        await client(gateway, gateway.spend_key).chat.completions.create(model="sim-small", messages=[{"role": "user", "content": "hi"}])
+        await client(gateway, gateway.spend_key).chat.completions.create(
+            model="sim-small", messages=[{"role": "user", "content": "hi"}]
+        )
 
 
 async def test_no_executor_means_503_with_retry_after(nats_url, subject_prefix, tmp_path):
@@ -203,23 +253,38 @@ async def _settled(nats_url: str, gw, key: str) -> KeyLoad:
         await nc.close()
 
 
-@pytest.mark.parametrize(("stream", "durable"), [(True, False), (False, False), (False, True)],
-                         ids=["streamed", "plain", "durable"])  # fmt: skip
-async def test_a_hang_up_cancels_the_task_and_the_key_pays_for_what_ran(nats_url, subject_prefix, tmp_path, stream,
-                                                                        durable):  # fmt: skip
+@pytest.mark.parametrize(
+    ("stream", "durable"),
+    [(True, False), (False, False), (False, True)],
+    ids=["streamed", "plain", "durable"],
+)
+async def test_a_hang_up_cancels_the_task_and_the_key_pays_for_what_ran(
+    nats_url, subject_prefix, tmp_path, stream, durable
+):
     """Issue 19, item 3: the client leaves while the first of three 1-second steps runs (streamed or not, on the
     request/reply path or the durable one). The gateway cancels the task: the running step finishes, no further
     worker call is made, and the key is charged exactly what the calls that ran cost. Failed before: the task ran
     its three steps to the end for no one, and the key paid for all three."""
-    ctx, gw = await start_gateway(nats_url, subject_prefix, tmp_path, pool=slow_pool(tmp_path, 1.0), keepalive_s=0.1)
+    ctx, gw = await start_gateway(
+        nats_url, subject_prefix, tmp_path, pool=slow_pool(tmp_path, 1.0), keepalive_s=0.1
+    )
     async with ctx:
         gw.url = f"http://127.0.0.1:{gw.service.port}"
         before = parse(metrics.exposition().decode())
-        body = json.dumps({"model": "refine:3", "messages": [{"role": "user", "content": QUESTION}], "stream": stream,
-                           "conductor_progress": stream, "durable": durable})  # fmt: skip
+        body = json.dumps(
+            {
+                "model": "refine:3",
+                "messages": [{"role": "user", "content": QUESTION}],
+                "stream": stream,
+                "conductor_progress": stream,
+                "durable": durable,
+            }
+        )
         async with aiohttp.ClientSession() as http:
             if stream:
-                resp = await http.post(gw.url + "/v1/chat/completions", data=body, headers=_auth(gw.metered_key))
+                resp = await http.post(
+                    gw.url + "/v1/chat/completions", data=body, headers=_auth(gw.metered_key)
+                )
                 assert resp.status == 200
                 async for line in resp.content:  # role chunk, keep-alives, then the plan: the first step runs
                     if b'"planned"' in line:
@@ -230,13 +295,19 @@ async def test_a_hang_up_cancels_the_task_and_the_key_pays_for_what_ran(nats_url
                 resp.close()  # hang up mid-step
             else:
                 with pytest.raises(TimeoutError):
-                    await asyncio.wait_for(http.post(gw.url + "/v1/chat/completions", data=body,
-                                                     headers=_auth(gw.metered_key)), 0.6)  # fmt: skip
+                    await asyncio.wait_for(
+                        http.post(gw.url + "/v1/chat/completions", data=body, headers=_auth(gw.metered_key)),
+                        0.6,
+                    )
         load = await _settled(nats_url, gw, "metered")
-        await asyncio.sleep(1.5)  # longer than a step: a call started after the hang-up would have finished by now
+        await asyncio.sleep(
+            1.5
+        )  # longer than a step: a call started after the hang-up would have finished by now
         after = parse(metrics.exposition().decode())
         ran = delta(before, after, "conductor_worker_calls_total")
-        assert 1 <= ran < 3, ran  # the step running at the hang-up (two if it ended just then), never the third
+        assert 1 <= ran < 3, (
+            ran
+        )  # the step running at the hang-up (two if it ended just then), never the third
         assert load.spend_usd == pytest.approx(delta(before, after, "conductor_cost_usd_total"), rel=1e-6)
         assert delta(before, after, "conductor_gateway_worker_calls_total", key="metered") == ran
         assert delta(before, after, "conductor_tasks_total", outcome="cancelled") == 1
@@ -247,7 +318,9 @@ async def test_a_hang_up_cancels_the_task_and_the_key_pays_for_what_ran(nats_url
             assert delta(before, after, "conductor_gateway_requests_total", key="metered", status="500") == 0
 
 
-async def test_executor_killed_mid_task_is_a_503_in_seconds_not_the_solve_timeout(nats_url, subject_prefix, tmp_path):
+async def test_executor_killed_mid_task_is_a_503_in_seconds_not_the_solve_timeout(
+    nats_url, subject_prefix, tmp_path
+):
     """The executor beats while it runs a gateway's solve; SIGKILLed mid-task, it falls silent and the client gets
     a retryable 503 after three missed beats, long before the 10-minute solve timeout."""
     import os
@@ -255,10 +328,25 @@ async def test_executor_killed_mid_task_is_a_503_in_seconds_not_the_solve_timeou
     import sys
 
     pool = slow_pool(tmp_path, 1.0)
-    ctx, gw = await start_gateway(nats_url, subject_prefix, tmp_path, pool=pool, services=("planner", "worker-adapter", "verifier"))
-    env = {**os.environ, "NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_POOL": str(pool), "CONDUCTOR_METRICS_PORT": "off", "CONDUCTOR_LOG_LEVEL": "WARNING"}
+    ctx, gw = await start_gateway(
+        nats_url, subject_prefix, tmp_path, pool=pool, services=("planner", "worker-adapter", "verifier")
+    )
+    env = {
+        **os.environ,
+        "NATS_URL": nats_url,
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        "CONDUCTOR_POOL": str(pool),
+        "CONDUCTOR_METRICS_PORT": "off",
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+    }
     executor = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "conductor.app.cli", "serve", "executor", env=env, stderr=asyncio.subprocess.PIPE
+        sys.executable,
+        "-m",
+        "conductor.app.cli",
+        "serve",
+        "executor",
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         assert executor.stderr is not None
@@ -302,8 +390,10 @@ async def test_every_failure_is_in_openais_error_shape(gateway):
     status, payload, _ = await _post(gateway, deep)
     assert status == 400 and payload["error"]["code"] in {"invalid_json", "invalid_request"}, payload
     body = json.dumps({"model": "conductor", "messages": [{"role": "user", "content": "hi"}]}).encode()
-    raw = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer cnd-\xff\xfe\r\n"
-           b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+    raw = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer cnd-\xff\xfe\r\n"
+        b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
     answer = await _raw(gateway, raw)
     assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
     assert b'"invalid_api_key"' in answer
@@ -313,8 +403,10 @@ async def test_a_body_that_never_arrives_is_a_408_not_a_held_connection(nats_url
     ctx, gw = await start_gateway(nats_url, subject_prefix, tmp_path, body_timeout_s=1.0)
     async with ctx:
         gw.url = f"http://127.0.0.1:{gw.service.port}"
-        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {gw.key}\r\n"
-                "Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{").encode()  # fmt: skip
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {gw.key}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{"
+        ).encode()
         answer = await _raw(gw, head)
     assert answer.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in answer, answer[:200]
 

@@ -27,7 +27,11 @@ def test_a_new_key_is_found_by_its_digest_and_the_file_never_holds_it(tmp_path):
         "[[keys]]\nname = 'a b'\nsha256 = '" + "0" * 64 + "'\n",  # bad name
         "[[keys]]\nname = 'a'\nsha256 = '" + "0" * 64 + "'\nrpm = 0\n",
         "[[keys]]\nname = 'a'\nsha256 = '" + "0" * 64 + "'\nkey = 'plaintext'\n",  # unknown field
-        "[[keys]]\nname = 'a'\nsha256 = '" + "0" * 64 + "'\n[[keys]]\nname = 'a'\nsha256 = '" + "1" * 64 + "'\n",
+        "[[keys]]\nname = 'a'\nsha256 = '"
+        + "0" * 64
+        + "'\n[[keys]]\nname = 'a'\nsha256 = '"
+        + "1" * 64
+        + "'\n",
         "not toml [",
     ],
 )

@@ -32,12 +32,22 @@ def _decode_error(body: bytes) -> Exception:
 @pytest.mark.parametrize(
     ("exc", "status", "code", "param"),
     [
-        (GatewayError(429, "slow down", kind="rate_limit_error", code="rate_limit_exceeded"), 429, "rate_limit_exceeded", None),
+        (
+            GatewayError(429, "slow down", kind="rate_limit_error", code="rate_limit_exceeded"),
+            429,
+            "rate_limit_exceeded",
+            None,
+        ),
         (web.HTTPNotFound(), 404, "not_found", None),
         (web.HTTPMethodNotAllowed("PUT", ["POST"]), 405, "method_not_allowed", None),
         (web.HTTPRequestEntityTooLarge(max_size=10, actual_size=11), 413, "payload_too_large", None),
         (_decode_error(b"{not json"), 400, "invalid_json", None),
-        (_decode_error(b'{"model": "m", "messages": [{"role": "wizard"}]}'), 400, "invalid_request", "messages[0].role"),
+        (
+            _decode_error(b'{"model": "m", "messages": [{"role": "wizard"}]}'),
+            400,
+            "invalid_request",
+            "messages[0].role",
+        ),
         (RuntimeError("secret detail"), 500, "internal_error", None),
     ],
 )
@@ -67,7 +77,11 @@ def test_a_stream_is_role_answer_pieces_then_finish_with_usage_once():
     assert body[-1]["choices"][0]["finish_reason"] == "stop" and body[-1]["usage"]["calls"] == 2
     assert all("usage" not in c for c in body[:-1]) and {c["id"] for c in body} == {"chatcmpl-t"}
     separate = [msgspec.to_builtins(c) for c in chunks.result(_result("ok"), include_usage=True)]
-    assert "usage" not in separate[-2] and separate[-1]["choices"] == [] and separate[-1]["usage"]["cost_usd"] == 0.5
+    assert (
+        "usage" not in separate[-2]
+        and separate[-1]["choices"] == []
+        and separate[-1]["usage"]["cost_usd"] == 0.5
+    )
 
 
 def test_a_task_without_an_answer_streams_its_error():

@@ -69,8 +69,10 @@ def small_store() -> Iterator[str]:
     run = Path(tempfile.mkdtemp(prefix="conductor-full-"))
     port = free_port()
     conf = run / "nats.conf"
-    conf.write_text(f'port: {port}\nhost: "127.0.0.1"\njetstream {{ store_dir: "{run}", max_file_store: 1MB, '
-                    "max_memory_store: 1MB }\n")  # fmt: skip
+    conf.write_text(
+        f'port: {port}\nhost: "127.0.0.1"\njetstream {{ store_dir: "{run}", max_file_store: 1MB, '
+        "max_memory_store: 1MB }\n"
+    )
     proc = subprocess.Popen(
         [find_binary(), "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -32,7 +32,9 @@ def test_conversation_folds_into_one_question_with_instructions_first():
         {"role": "user", "content": [{"type": "text", "text": "How many after eating one?"}]},
     ]
     q = question_of(req(messages=messages).messages)
-    assert q.index("Instructions:\nBe terse.") < q.index("User: I have 3 apples.") < q.index("Assistant: Noted.")
+    assert (
+        q.index("Instructions:\nBe terse.") < q.index("User: I have 3 apples.") < q.index("Assistant: Noted.")
+    )
     assert q.endswith("Current request:\nHow many after eating one?")
 
 
@@ -53,7 +55,11 @@ def test_unanswerable_conversations_name_the_field(messages, param):
 
 @pytest.mark.parametrize(
     ("fields", "param"),
-    [({"n": 2}, "n"), ({"tools": [{"type": "function"}]}, "tools"), ({"response_format": {"type": "json_object"}}, "response_format.type")],
+    [
+        ({"n": 2}, "n"),
+        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format.type"),
+    ],
 )
 def test_features_a_conductor_cannot_honour_are_refused_not_ignored(fields, param):
     with pytest.raises(GatewayError) as err:
@@ -63,7 +69,9 @@ def test_features_a_conductor_cannot_honour_are_refused_not_ignored(fields, para
 
 def test_model_picks_the_strategy():
     assert strategy_for("conductor", WORKERS).policy is None
-    refine = strategy_for("refine:3", WORKERS)  # the one grammar (conductor/strategy.py), as `conductor eval` reads it
+    refine = strategy_for(
+        "refine:3", WORKERS
+    )  # the one grammar (conductor/strategy.py), as `conductor eval` reads it
     assert (refine.policy, refine.max_steps) == ("refine:3@0", 3)
     moa = strategy_for("moa", WORKERS)
     assert (moa.policy, moa.max_steps) == ("moa:7", 8)
@@ -76,12 +84,28 @@ def test_model_picks_the_strategy():
 
 def test_extra_body_options_reach_the_solve_request():
     s = solve_request(
-        req(pool=["sim-math"], max_rounds=1, budget={"max_calls": 3}, domain="math", stream=True, conductor_progress=True),
+        req(
+            pool=["sim-math"],
+            max_rounds=1,
+            budget={"max_calls": 3},
+            domain="math",
+            stream=True,
+            conductor_progress=True,
+        ),
         WORKERS,
         "t9",
     )
-    assert (s.pool, s.max_rounds, s.budget.max_calls, s.domain, s.progress, s.task_id) == (["sim-math"], 1, 3, "math", True, "t9")
-    assert solve_request(req(conductor_progress=True), WORKERS, "t").progress is False  # only streams carry progress
+    assert (s.pool, s.max_rounds, s.budget.max_calls, s.domain, s.progress, s.task_id) == (
+        ["sim-math"],
+        1,
+        3,
+        "math",
+        True,
+        "t9",
+    )
+    assert (
+        solve_request(req(conductor_progress=True), WORKERS, "t").progress is False
+    )  # only streams carry progress
 
 
 def test_errors_map_to_openai_statuses():
@@ -99,12 +123,24 @@ def test_completion_body_carries_usage_dollars_and_calls():
     result = SolveResult(
         task_id="abc",
         answer="4",
-        workflows=[RoundRecord(round=0, policy="moa", steps=[StepRecord(index=0, model_id=0, worker="sim-math", subtask="s", access=[])])],
+        workflows=[
+            RoundRecord(
+                round=0,
+                policy="moa",
+                steps=[StepRecord(index=0, model_id=0, worker="sim-math", subtask="s", access=[])],
+            )
+        ],
         usage=UsageSummary(total=Usage(input_tokens=10, output_tokens=5, cost_usd=0.25, calls=2)),
     )
     body = msgspec.to_builtins(completion(result, "conductor", created=7))
     assert body["choices"][0]["message"]["content"] == "4"
-    assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "cost_usd": 0.25, "calls": 2}
+    assert body["usage"] == {
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "total_tokens": 15,
+        "cost_usd": 0.25,
+        "calls": 2,
+    }
     assert body["conductor"]["workers"] == ["sim-math"]
 
 

@@ -27,7 +27,13 @@ def test_paper_preset_has_the_papers_values() -> None:
     g = c.grpo
     assert (g.steps, g.questions_per_step, g.generations, c.step_batch) == (200, 4, 64, 256)
     assert (g.temperature, g.learning_rate, g.lr_scheduler, g.warmup_ratio) == (1.0, 1e-6, "cosine", 0.03)
-    assert (g.adam_beta1, g.adam_beta2, g.epsilon, g.beta, g.max_completion_tokens) == (0.9, 0.999, 0.2, 0.0, 1024)
+    assert (g.adam_beta1, g.adam_beta2, g.epsilon, g.beta, g.max_completion_tokens) == (
+        0.9,
+        0.999,
+        0.2,
+        0.0,
+        1024,
+    )
     assert (c.workers.max_tokens, c.workers.temperature) == (4096, 0.2)
     assert c.model.path.endswith("Qwen2.5-7B-Instruct")
 

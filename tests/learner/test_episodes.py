@@ -45,9 +45,13 @@ def test_the_prompt_is_the_planners_for_the_renumbered_view(pool) -> None:
     problem = problems(cfg, "train")[0]
     ep = first_round(problem, ["sim-small", "sim-math"])
     built = messages(ep, pool, cfg.data)
-    expected = conductor_messages(problem.question, pool.cards(pool.subset(ep.pool)), max_steps=5, domain="math")
+    expected = conductor_messages(
+        problem.question, pool.cards(pool.subset(ep.pool)), max_steps=5, domain="math"
+    )
     assert built == [{"role": m.role, "content": m.content} for m in expected]
-    assert "Model 0: Small fast model" in built[1]["content"] and "Model 1: Open-weight" in built[1]["content"]
+    assert (
+        "Model 0: Small fast model" in built[1]["content"] and "Model 1: Open-weight" in built[1]["content"]
+    )
     assert "sim-small" not in built[1]["content"]  # names hidden (docs/method.md §1)
 
 

@@ -125,12 +125,16 @@ def test_a_lora_run_ends_with_its_adapter_measured_and_resumes_past_it(tmp_path:
     assert again["adapter"]["finished"] == adapter["finished"]
 
 
-def test_the_export_command_writes_an_adapter_and_names_a_bad_input(base: Path, tmp_path: Path, capsys) -> None:
+def test_the_export_command_writes_an_adapter_and_names_a_bad_input(
+    base: Path, tmp_path: Path, capsys
+) -> None:
     from services.learner.export import main
 
     tuned = _tuned(base, tmp_path / "tuned", rank=2, seed=3)
     assert main([str(base), str(tuned), str(tmp_path / "adapter"), "--rank", "2"]) == 0
-    assert '"rank": 2' in capsys.readouterr().out and (tmp_path / "adapter" / "conductor-export.json").is_file()
+    assert (
+        '"rank": 2' in capsys.readouterr().out and (tmp_path / "adapter" / "conductor-export.json").is_file()
+    )
     assert main([str(base), str(base), str(tmp_path / "same"), "--rank", "2"]) == 2
     assert "does not differ" in capsys.readouterr().err
 
@@ -146,15 +150,24 @@ def test_the_card_goes_beside_the_weights_with_the_bases_fingerprint(base: Path,
     from services.learner.pipeline import policy_card
     from services.learner.stream import load_run_pool
 
-    config = load_config(Path(__file__).parents[2] / "services" / "learner" / "presets" / "smollm2-route.toml")
+    config = load_config(
+        Path(__file__).parents[2] / "services" / "learner" / "presets" / "smollm2-route.toml"
+    )
     pool = load_run_pool(config)
     card = policy_card(config, pool)
-    assert (card.prompt, card.temperature, card.max_tokens, card.trained_by) == ("task", 0.5, 192, "smollm2-route")
+    assert (card.prompt, card.temperature, card.max_tokens, card.trained_by) == (
+        "task",
+        0.5,
+        192,
+        "smollm2-route",
+    )
     # Trained on the full pool in pool order: the card names that one view (a pointer into its numbering).
     assert card.view == view_fingerprint(pool.cards(pool.subset(None)))
     shuffled = msgspec.structs.replace(config, data=msgspec.structs.replace(config.data, shuffle_view=True))
     assert policy_card(shuffled, pool).view == ""
-    export_adapter(base, _tuned(base, tmp_path / "tuned", rank=2, seed=3), tmp_path / "adapter", rank=2, card=card)
+    export_adapter(
+        base, _tuned(base, tmp_path / "tuned", rank=2, seed=3), tmp_path / "adapter", rank=2, card=card
+    )
     written = read_card(tmp_path / "adapter")
     assert isinstance(written, PolicyCard) and written.prompt == "task"
     assert written.base == fingerprint(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32))
@@ -169,8 +182,10 @@ def test_a_stopped_sft_resumes_from_its_newest_checkpoint(base: Path, tmp_path: 
     from services.learner import coldstart
     from services.learner.config import parse_config
 
-    config = parse_config(f'[model]\nsource = "tiny"\npath = "{base}"\n[cold_start]\nsft_save_steps = 2\n'
-                          'sft_batch_size = 2\n[model.lora]\nr = 4\n')  # fmt: skip
+    config = parse_config(
+        f'[model]\nsource = "tiny"\npath = "{base}"\n[cold_start]\nsft_save_steps = 2\n'
+        "sft_batch_size = 2\n[model.lora]\nr = 4\n"
+    )
     rows = coldstart.synthetic_rows(sim.tasks("train")[:40], load_pool_for(config), config, 12, seed=0)
 
     class Stopped(Exception):

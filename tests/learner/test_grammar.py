@@ -12,9 +12,9 @@ from services.learner.grammar import ACCESS_CHARS, IDS_CHARS, open_list
     ("text", "inside"),
     [
         ("plan\nmodel_id = [0, ", "model_id"),
-        ("model_id = [0]\nsubtasks = [\"a\"]\naccess_list = [[], [", "access_list"),
-        ("model_id = [0]\nsubtasks = [\"a\", ", None),
-        ("model_id = [0]\nsubtasks = [\"a\"]\naccess_list = [[]]", None),
+        ('model_id = [0]\nsubtasks = ["a"]\naccess_list = [[], [', "access_list"),
+        ('model_id = [0]\nsubtasks = ["a", ', None),
+        ('model_id = [0]\nsubtasks = ["a"]\naccess_list = [[]]', None),
         ("no lists yet", None),
     ],
 )

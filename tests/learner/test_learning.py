@@ -42,7 +42,10 @@ from services.learner import pipeline
 from services.learner.bridge import LoopThread
 from services.learner.config import load_config
 
-pytestmark = [pytest.mark.nats, pytest.mark.timeout(1800)]  # ~3 min alone; 14 min measured beside a SmolLM2 run
+pytestmark = [
+    pytest.mark.nats,
+    pytest.mark.timeout(1800),
+]  # ~3 min alone; 14 min measured beside a SmolLM2 run
 
 PRESET = Path(__file__).parents[2] / "services" / "learner" / "presets" / "tiny-sim.toml"
 
@@ -60,7 +63,10 @@ def test_grpo_over_nats_raises_held_out_reward(tmp_path: Path, nats_url: str, su
         output=msgspec.structs.replace(config.output, dir=str(tmp_path / "run")),
     )
     started = time.monotonic()
-    with LoopThread() as loop, local_rollouts(loop, config, nats_url=nats_url, prefix=subject_prefix) as score:
+    with (
+        LoopThread() as loop,
+        local_rollouts(loop, config, nats_url=nats_url, prefix=subject_prefix) as score,
+    ):
         stages = pipeline.run(config, score)
     before, after = stages["before_grpo"]["held_out"], stages["after_grpo"]["held_out"]
     gain = after["raw_reward_mean"] - before["raw_reward_mean"]
@@ -79,10 +85,14 @@ def test_grpo_over_nats_raises_held_out_reward(tmp_path: Path, nats_url: str, su
 ROUTE_PRESET = Path(__file__).parents[2] / "services" / "learner" / "presets" / "tiny-route.toml"
 MIN_ROUTE_PARSE = 0.85  # measured 1.00 on seeds 0, 1, 2
 MIN_SPECIALIST_FIRST = 0.8  # measured 1.00 in both domains on seeds 0, 1, 2
-MAX_CHANCE = 0.2  # five workers: a policy that did not learn the routing names the specialist first 1 time in 5
+MAX_CHANCE = (
+    0.2  # five workers: a policy that did not learn the routing names the specialist first 1 time in 5
+)
 
 
-def test_the_search_cold_start_teaches_routing_by_domain(tmp_path: Path, nats_url: str, subject_prefix: str) -> None:
+def test_the_search_cold_start_teaches_routing_by_domain(
+    tmp_path: Path, nats_url: str, subject_prefix: str
+) -> None:
     """Issue 18, item 9: the tiny model, cold-started by the search (services/learner/search.py) on the full sim
     pool in pool order, routes each domain to its specialist on held-out questions — the specialist's share of
     first steps rises from chance (1 in 5; the base model writes nothing parseable) to nearly every workflow, and
@@ -106,12 +116,17 @@ def test_the_search_cold_start_teaches_routing_by_domain(tmp_path: Path, nats_ur
         model=msgspec.structs.replace(config.model, seed=seed),
         output=msgspec.structs.replace(config.output, dir=str(tmp_path / "run")),
     )
-    with LoopThread() as loop, local_rollouts(loop, config, nats_url=nats_url, prefix=subject_prefix) as score:
+    with (
+        LoopThread() as loop,
+        local_rollouts(loop, config, nats_url=nats_url, prefix=subject_prefix) as score,
+    ):
         stages = pipeline.run(config, score)
     held = stages["before_grpo"]["held_out"]
     share = held["specialist_share"]
-    print(f"seed {seed}: search {stages['search']['topologies']}; held-out parse {held['parse_rate']:.2f}, "
-          f"correct {held['correct_rate']:.3f}, $ {held['usd_per_rollout']:.5f}, specialist {share}")  # fmt: skip
+    print(
+        f"seed {seed}: search {stages['search']['topologies']}; held-out parse {held['parse_rate']:.2f}, "
+        f"correct {held['correct_rate']:.3f}, $ {held['usd_per_rollout']:.5f}, specialist {share}"
+    )
     assert stages["base"]["parse_rate"] == 0.0
     assert held["parse_rate"] >= MIN_ROUTE_PARSE
     assert set(share) == {"math", "mcq"}

@@ -28,8 +28,10 @@ def pool():
 
 
 def scored(ep, results):
-    return [Scored(episode=ep, completion=f"c{i}", result=r, reward=r.reward, step=0, policy_version="v")
-            for i, r in enumerate(results)]  # fmt: skip
+    return [
+        Scored(episode=ep, completion=f"c{i}", result=r, reward=r.reward, step=0, policy_version="v")
+        for i, r in enumerate(results)
+    ]
 
 
 def test_half_of_each_step_recurses_with_the_first_round_scaled(pool) -> None:
@@ -44,8 +46,12 @@ def test_half_of_each_step_recurses_with_the_first_round_scaled(pool) -> None:
 def test_an_answered_first_round_becomes_a_second_round_prompt(pool) -> None:
     buffer = RecursionBuffer(seed=1)
     ep = first_round(problems(CONFIG, "train")[0], ["sim-math", "sim-small"], scale=0.25, recurse=True)
-    buffer.observe(scored(ep, [RolloutResult(id="a", reward=0.0), RolloutResult(id="b", reward=0.5, parsed=True,
-                                                                                 answer="42")]))  # fmt: skip
+    buffer.observe(
+        scored(
+            ep,
+            [RolloutResult(id="a", reward=0.0), RolloutResult(id="b", reward=0.5, parsed=True, answer="42")],
+        )
+    )
     second = buffer.pop()
     assert second is not None and buffer.pop() is None
     assert (second.round, second.scale, second.recurse, second.pool) == (1, 1.0, False, ep.pool)
@@ -60,7 +66,9 @@ def test_an_answered_first_round_becomes_a_second_round_prompt(pool) -> None:
 def test_nothing_is_handed_off_when_no_completion_produced_an_answer(pool) -> None:
     buffer = RecursionBuffer()
     ep = first_round(problems(CONFIG, "train")[0], ["sim-math"], scale=0.25, recurse=True)
-    buffer.observe(scored(ep, [RolloutResult(id="a", reward=0.0), RolloutResult(id="b", reward=None, parsed=True)]))
+    buffer.observe(
+        scored(ep, [RolloutResult(id="a", reward=0.0), RolloutResult(id="b", reward=None, parsed=True)])
+    )
     plain = first_round(problems(CONFIG, "train")[1], ["sim-math"])
     buffer.observe(scored(plain, [RolloutResult(id="c", reward=1.0, parsed=True, answer="1")]))
     assert len(buffer) == 0

@@ -16,7 +16,9 @@ from services.learner.episodes import Episode
 from services.learner.rewards import ConductorReward, MaskedStormError
 
 CONFIG = parse_config('[model]\nsource = "tiny"\n[grpo]\nmax_masked_fraction = 0.5\n')
-EP = Episode(question="What is 2+2?", reference=TextReference(answer="4", kind="math"), domain="math", pool=["a", "b"])
+EP = Episode(
+    question="What is 2+2?", reference=TextReference(answer="4", kind="math"), domain="math", pool=["a", "b"]
+)
 
 
 def column(ep: Episode) -> str:

@@ -86,8 +86,12 @@ async def test_a_replica_gone_silent_mid_batch_is_failed_over_in_seconds(
     client = RolloutClient(nats_transport(Requester(nc), subject_prefix, fast), section)
     batch = sim_rollouts(4)
     scorer = SkillScorer(load_pool(sim.pool_path()))
-    server = EndpointServer(nc, [serve(ROLLOUT, scorer.batch, prefix=subject_prefix, max_bytes=1 << 20)],
-                            concurrency=4, drain_timeout_s=1)  # fmt: skip
+    server = EndpointServer(
+        nc,
+        [serve(ROLLOUT, scorer.batch, prefix=subject_prefix, max_bytes=1 << 20)],
+        concurrency=4,
+        drain_timeout_s=1,
+    )
     try:
         scoring = asyncio.create_task(client.score(batch))
         await asyncio.wait_for(taken.wait(), 5)
@@ -142,9 +146,11 @@ async def test_an_executor_killed_mid_batch_loses_nothing_and_zeroes_nothing(tmp
             expected = await client.score(batch)  # the same rollouts with nobody killed, on the survivor
     finally:
         fleet.stop()
-    print(f"killed executor {victim} {killed - started:.1f} s in, after {victim_steps:.0f} of its steps; all "
-          f"{len(batch)} rollouts back {recovered_s:.1f} s after the kill; the survivor ran {survivor_steps:.0f} "
-          f"of {total_steps} steps")  # fmt: skip
+    print(
+        f"killed executor {victim} {killed - started:.1f} s in, after {victim_steps:.0f} of its steps; all "
+        f"{len(batch)} rollouts back {recovered_s:.1f} s after the kill; the survivor ran {survivor_steps:.0f} "
+        f"of {total_steps} steps"
+    )
     assert victim_steps >= 1 and killed - started < min(STEPS) * LATENCY_S  # it hit every rollout part-way
     assert [r.id for r in results] == [r.id for r in batch]  # each exactly once, in order
     assert all(r.error is None and r.parsed and r.reward in (0.5, 1.0) for r in results), results

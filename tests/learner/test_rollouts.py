@@ -25,8 +25,14 @@ COMPLETION = 'Easy.\nmodel_id = [0]\nsubtasks = ["Solve it."]\naccess_list = [[]
 def rollouts(n: int) -> list[Rollout]:
     ref = TextReference(answer="4", kind="math")
     return [
-        Rollout(id=f"r{i}", question="What is 2+2?", pool=["sim-math"], completion=COMPLETION, reference=ref,
-                domain="math")
+        Rollout(
+            id=f"r{i}",
+            question="What is 2+2?",
+            pool=["sim-math"],
+            completion=COMPLETION,
+            reference=ref,
+            domain="math",
+        )
         for i in range(n)
     ]
 
@@ -48,7 +54,9 @@ class Recorder:
             self.in_flight -= 1
         if self.replies:
             return self.replies.pop(0)
-        return RolloutBatchResult(results=[RolloutResult(id=r.id, reward=1.0) for r in reversed(batch.rollouts)])
+        return RolloutBatchResult(
+            results=[RolloutResult(id=r.id, reward=1.0) for r in reversed(batch.rollouts)]
+        )
 
 
 async def test_a_group_fans_out_in_concurrent_batches_and_keeps_order() -> None:
@@ -68,7 +76,9 @@ async def test_a_slow_executor_is_a_typed_timeout() -> None:
 
 
 async def test_retryable_errors_are_retried_then_typed() -> None:
-    busy = RolloutBatchResult(error=ErrorInfo(code=ErrorCode.UNAVAILABLE, message="overloaded", retryable=True))
+    busy = RolloutBatchResult(
+        error=ErrorInfo(code=ErrorCode.UNAVAILABLE, message="overloaded", retryable=True)
+    )
     ok = Recorder(delay=0.0, replies=[busy])
     assert len(await RolloutClient(ok, RolloutSection(retries=1)).score(rollouts(2))) == 2
     always = Recorder(delay=0.0, replies=[busy] * 3)
@@ -95,8 +105,9 @@ async def test_over_a_real_nats_server_with_a_fake_responder(nats_url: str, subj
 
     scorer = SkillScorer(load_pool(sim.pool_path()))
     nc = await nats.connect(nats_url)
-    client = RolloutClient(nats_transport(Requester(nc), subject_prefix), RolloutSection(batch_size=3, retries=0,
-                                                                                         timeout_s=2))  # fmt: skip
+    client = RolloutClient(
+        nats_transport(Requester(nc), subject_prefix), RolloutSection(batch_size=3, retries=0, timeout_s=2)
+    )
     try:
         with pytest.raises(RolloutError) as err:
             await client.score(rollouts(2))
@@ -124,11 +135,17 @@ async def test_pulled_where_no_executor_declared_the_work_queue_the_batch_goes_b
     nc = await nats.connect(nats_url)
     section = RolloutSection(batch_size=3, retries=0, timeout_s=10)
     assert section.placement == "pull"
-    server = EndpointServer(nc, [serve(ROLLOUT, scorer.batch, prefix=subject_prefix, max_bytes=1 << 20)],
-                            concurrency=4, drain_timeout_s=1)  # fmt: skip
+    server = EndpointServer(
+        nc,
+        [serve(ROLLOUT, scorer.batch, prefix=subject_prefix, max_bytes=1 << 20)],
+        concurrency=4,
+        drain_timeout_s=1,
+    )
     try:
         await server.start()
-        results = await RolloutClient(rollout_transport(nc, subject_prefix, section), section).score(rollouts(5))
+        results = await RolloutClient(rollout_transport(nc, subject_prefix, section), section).score(
+            rollouts(5)
+        )
         await server.stop()
     finally:
         await nc.close()
@@ -136,7 +153,9 @@ async def test_pulled_where_no_executor_declared_the_work_queue_the_batch_goes_b
 
 
 @pytest.mark.nats
-async def test_pulled_with_nobody_fetching_is_a_retryable_unavailable(nats_url: str, subject_prefix: str) -> None:
+async def test_pulled_with_nobody_fetching_is_a_retryable_unavailable(
+    nats_url: str, subject_prefix: str
+) -> None:
     """The work queue exists but no executor fetches from it (none running): after ``failover_s`` without a pull
     request, an item in progress or a delivery, the batch is ``unavailable`` — not a wait for ``timeout_s``."""
     from services.executor.config import CallSettings

@@ -41,7 +41,9 @@ def test_every_candidate_renders_to_a_workflow_that_parses_back():
 
 def test_the_reasoning_names_why_the_worker_fits():
     text = search.completion(search.Candidate("solve_check", (1, 1)), "math", POOL.subset(VIEW))
-    assert text.startswith("This is a math problem. Model 1 (open-weight reasoning model tuned for mathematics)")
+    assert text.startswith(
+        "This is a math problem. Model 1 (open-weight reasoning model tuned for mathematics)"
+    )
     assert "Model 1 then checks the answer" in text
 
 
@@ -76,9 +78,11 @@ def test_the_cost_term_prefers_the_cheaper_of_two_near_equals():
 def test_figures_report_topologies_steps_and_the_specialists_share():
     specialists = telemetry.specialists(POOL)
     assert specialists == {"math": "sim-math", "mcq": "sim-knowledge", "code": "sim-coder"}
-    picks = [(_episode("math"), search.Candidate("solve_check", (1, 1))),
-             (_episode("math"), search.Candidate("single", (0,))),
-             (_episode("mcq"), search.Candidate("solve_check", (0, 2)))]  # fmt: skip
+    picks = [
+        (_episode("math"), search.Candidate("solve_check", (1, 1))),
+        (_episode("math"), search.Candidate("single", (0,))),
+        (_episode("mcq"), search.Candidate("solve_check", (0, 2))),
+    ]
     fig = search.figures(picks, specialists)
     assert fig["topologies"] == {"solve_check": 2, "single": 1}
     assert fig["mean_steps"] == pytest.approx(5 / 3, abs=1e-3)
@@ -101,15 +105,21 @@ def test_a_missing_pool_file_is_a_config_error(tmp_path):
 def test_the_preset_loads_as_a_search_only_run():
     config = load_config(PRESET)
     assert config.cold_start.search and not config.cold_start.sft and config.grpo.steps == 0
-    assert config.data.fresh_draws and not config.data.shuffle_view and config.data.k_min == config.data.k_max == 5
+    assert (
+        config.data.fresh_draws
+        and not config.data.shuffle_view
+        and config.data.k_min == config.data.k_max == 5
+    )
     assert msgspec.structs.asdict(config.output)["adapter_rank"] == 8
 
 
 def test_fit_first_reasoning_writes_the_description_before_the_number():
     view = POOL.subset(["sim-frontier", "sim-knowledge", "sim-small"])  # the mcq specialist is Model 1 here
     text = search.completion(search.Candidate("solve_check", (1, 1)), "mcq", view, "fit_first")
-    assert text.startswith("This is a multiple-choice question. The mid-size instruction model with broad factual "
-                           "knowledge is Model 1; it fits it best")  # fmt: skip
+    assert text.startswith(
+        "This is a multiple-choice question. The mid-size instruction model with broad factual "
+        "knowledge is Model 1; it fits it best"
+    )
     assert parse_completion(text, n_workers=3, max_steps=5).workflow.model_id == [1, 1]
 
 

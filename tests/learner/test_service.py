@@ -30,7 +30,9 @@ async def test_a_malformed_job_config_is_a_typed_error_event_and_is_not_redelive
     async with running(create_services(["learner"], env), CommonSettings.from_env(env), name="learner-test"):
         js = nc.jetstream()
         job = TrainJob(job_id="j-1", config="[grpo]\ngenerations = 1\n")
-        await js.publish(subject_prefix + TRAIN_SUBJECT, msgspec.json.encode(job), headers={"Nats-Msg-Id": "j-1"})
+        await js.publish(
+            subject_prefix + TRAIN_SUBJECT, msgspec.json.encode(job), headers={"Nats-Msg-Id": "j-1"}
+        )
         for _ in range(100):
             if events:
                 break

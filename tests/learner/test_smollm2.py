@@ -35,14 +35,23 @@ def test_smollm2_cold_start_reaches_95_percent_parseable_then_grpo() -> None:
     steps = int(os.environ.get("CONDUCTOR_LEARN_STEPS", "10"))
     config = msgspec.structs.replace(
         config,
-        model=msgspec.structs.replace(config.model, path=str(ROOT / "runs" / "models" / "smollm2-135m-instruct")),
+        model=msgspec.structs.replace(
+            config.model, path=str(ROOT / "runs" / "models" / "smollm2-135m-instruct")
+        ),
         grpo=msgspec.structs.replace(config.grpo, steps=steps),
         output=msgspec.structs.replace(config.output, dir=str(ROOT / "runs" / "test-learn")),
     )
     with LoopThread() as loop, local_rollouts(loop, config) as score:
         stages = pipeline.run(config, score, resume=True, progress=lambda *a: print(*a, flush=True))
-    print({k: {"parse_rate": v.get("parse_rate"), "held_out": (v.get("held_out") or {}).get("raw_reward_mean")}
-           for k, v in stages.items()})  # fmt: skip
+    print(
+        {
+            k: {
+                "parse_rate": v.get("parse_rate"),
+                "held_out": (v.get("held_out") or {}).get("raw_reward_mean"),
+            }
+            for k, v in stages.items()
+        }
+    )
     assert stages["base"]["parse_rate"] <= 0.05
     cold = stages.get("rejection", stages["sft"])
     assert cold["parse_rate"] >= 0.95

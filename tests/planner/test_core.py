@@ -169,4 +169,6 @@ async def test_scripted_policy_is_honest_when_exhausted(cards: list[WorkerCard])
 async def test_the_model_policy_is_served_the_prompt_style_it_was_trained_on(cards: list[WorkerCard]) -> None:
     p, policy = planner([GOOD, GOOD], prompt="task")
     assert (await p.plan(request(cards))).error is None
-    assert [m.role for m in policy.calls[0]] == ["user"] and "Write your workflow." in policy.calls[0][0].content
+    assert [m.role for m in policy.calls[0]] == ["user"] and "Write your workflow." in policy.calls[0][
+        0
+    ].content

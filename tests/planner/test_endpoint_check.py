@@ -25,7 +25,10 @@ def models_url() -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             found = self.path == "/v1/models"
-            listing = {"object": "list", "data": [{"id": "served", "object": "model", "created": 0, "owned_by": "t"}]}
+            listing = {
+                "object": "list",
+                "data": [{"id": "served", "object": "model", "created": 0, "owned_by": "t"}],
+            }
             data = json.dumps(listing if found else {"detail": "Not Found"}).encode()
             self.send_response(200 if found else 404)
             self.send_header("Content-Type", "application/json")
@@ -45,7 +48,9 @@ def models_url() -> Iterator[str]:
 
 
 def _check(model: str, base_url: str):
-    return check_endpoint(name=f"openai:{model}", model=model, base_url=base_url, api_key="EMPTY", timeout_s=5)
+    return check_endpoint(
+        name=f"openai:{model}", model=model, base_url=base_url, api_key="EMPTY", timeout_s=5
+    )
 
 
 async def test_a_served_model_passes(models_url):
@@ -63,7 +68,9 @@ async def test_a_base_url_without_v1_is_a_404_with_a_hint(models_url):
 
 
 async def test_an_endpoint_that_is_down_is_unreachable_at_once():
-    with pytest.raises(StartupError, match=r"CONDUCTOR_POLICY=openai:served: the policy endpoint .* is unreachable"):
+    with pytest.raises(
+        StartupError, match=r"CONDUCTOR_POLICY=openai:served: the policy endpoint .* is unreachable"
+    ):
         await _check("served", f"http://127.0.0.1:{free_port()}/v1")
 
 

@@ -31,14 +31,31 @@ async def test_the_round_record_keeps_why_a_fallback_planned(
     endpoint.reply(completion("Let me think. Model 0 is good at math."))
     endpoint.reply(completion("model_id = [0, 1]\nsubtasks = [", finish="length"))
     endpoint.reply(completion("I cannot decide."))
-    endpoint.reply({"error": {"message": "The model `conductor-7b` does not exist.", "type": "NotFoundError",
-                              "param": None, "code": 404}}, status=404)  # fmt: skip
-    env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_LOG_LEVEL": "WARNING",
-           "CONDUCTOR_POLICY": "openai:conductor-7b", "CONDUCTOR_POLICY_BASE_URL": endpoint.url,
-           "CONDUCTOR_POLICY_MAX_RETRIES": "0"}  # fmt: skip
+    endpoint.reply(
+        {
+            "error": {
+                "message": "The model `conductor-7b` does not exist.",
+                "type": "NotFoundError",
+                "param": None,
+                "code": 404,
+            }
+        },
+        status=404,
+    )
+    env = {
+        "NATS_URL": nats_url,
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+        "CONDUCTOR_POLICY": "openai:conductor-7b",
+        "CONDUCTOR_POLICY_BASE_URL": endpoint.url,
+        "CONDUCTOR_POLICY_MAX_RETRIES": "0",
+    }
     settings = CommonSettings.from_env(env)
-    async with running(create_services(["executor", "planner", "worker-adapter", "verifier"], env), settings,
-                       name="fallback-cause"):  # fmt: skip
+    async with running(
+        create_services(["executor", "planner", "worker-adapter", "verifier"], env),
+        settings,
+        name="fallback-cause",
+    ):
         async with ConductorClient(settings) as client:
             formats = await client.solve(
                 SolveRequest(question=QUESTION, pool=["sim-math", "sim-small"]), timeout=60
@@ -48,8 +65,11 @@ async def test_the_round_record_keeps_why_a_fallback_planned(
             )
     (rnd,) = formats.workflows
     assert rnd.fallback_used and rnd.policy == "moa" and formats.answer is not None
-    assert [r.text for r in rnd.rejected] == ["Let me think. Model 0 is good at math.",
-                                              "model_id = [0, 1]\nsubtasks = [", "I cannot decide."]  # fmt: skip
+    assert [r.text for r in rnd.rejected] == [
+        "Let me think. Model 0 is good at math.",
+        "model_id = [0, 1]\nsubtasks = [",
+        "I cannot decide.",
+    ]
     assert rnd.rejected[1].reason.endswith("(cut off at max_tokens)") and all(r.reason for r in rnd.rejected)
     (rnd,) = backend.workflows
     assert rnd.fallback_used and rnd.policy_error is not None and rnd.planner_attempts == 0
@@ -61,8 +81,13 @@ async def test_a_prompt_over_the_policys_context_is_a_typed_error_not_a_handback
 ):
     """Failed before: the 400 went to the fallback, which hands back on a recursion round: the round ended with no
     error and nobody told."""
-    endpoint.reply(vllm_refusal("This model's maximum context length is 2048 tokens. However, your request has 3100 "
-                                "input tokens. Please reduce the length of the input messages."), status=400)  # fmt: skip
+    endpoint.reply(
+        vllm_refusal(
+            "This model's maximum context length is 2048 tokens. However, your request has 3100 "
+            "input tokens. Please reduce the length of the input messages."
+        ),
+        status=400,
+    )
     p = policy(endpoint)
     reply = await Planner(PlannerSettings(policy="openai:conductor-7b"), p).plan(
         request(cards, previous=PRIOR, round=1)
@@ -78,9 +103,14 @@ async def test_a_prompt_over_the_policys_context_is_a_typed_error_not_a_handback
 async def test_the_policys_max_tokens_is_fitted_to_its_context(endpoint: FakeEndpoint, cards):
     """Failed before: every plan was a 400 and the fallback planned instead. (The server counts the prompt
     here as 1,712 tokens; the planner's generous estimate is ~2,354.)"""
-    endpoint.reply(vllm_refusal("'max_tokens' or 'max_completion_tokens' is too large: 1024. This model's maximum "
-                                "context length is 2560 tokens and your request has 1712 input tokens "
-                                "(1024 > 2560 - 1712)."), status=400)  # fmt: skip
+    endpoint.reply(
+        vllm_refusal(
+            "'max_tokens' or 'max_completion_tokens' is too large: 1024. This model's maximum "
+            "context length is 2560 tokens and your request has 1712 input tokens "
+            "(1024 > 2560 - 1712)."
+        ),
+        status=400,
+    )
     endpoint.reply(completion(GOOD))
     endpoint.reply(completion(GOOD))
     p = policy(endpoint)

@@ -48,8 +48,10 @@ class FakeEndpoint:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # GET /v1/models, as a start-up check asks it: the one model it serves
-                models = {"object": "list", "data": [{"id": "conductor-7b", "object": "model", "created": 0,
-                                                      "owned_by": "test"}]}  # fmt: skip
+                models = {
+                    "object": "list",
+                    "data": [{"id": "conductor-7b", "object": "model", "created": 0, "owned_by": "test"}],
+                }
                 data = json.dumps(models).encode() if self.path.endswith("/models") else b"{}"
                 self.send_response(200 if self.path.endswith("/models") else 404)
                 self.send_header("Content-Type", "application/json")

@@ -17,8 +17,9 @@ from services.planner.core import Planner
 from services.planner.policy import Sample
 from services.planner.versions import VersionWatcher
 
-CARD = PolicyCard(prompt="task", show_domain=False, max_steps=5, temperature=0.5, max_tokens=192,
-                  trained_by="smollm2-route")  # fmt: skip
+CARD = PolicyCard(
+    prompt="task", show_domain=False, max_steps=5, temperature=0.5, max_tokens=192, trained_by="smollm2-route"
+)
 
 
 SHIPPED = Path(__file__).parents[2] / "conductor" / "data" / "policies" / "smollm2-sim"
@@ -41,7 +42,9 @@ def test_a_setting_equal_to_the_card_is_fine():
 
 
 def test_a_contradicting_setting_is_refused_naming_both():
-    s = PlannerSettings.from_env({"CONDUCTOR_POLICY_PROMPT": "examples", "CONDUCTOR_POLICY_MAX_TOKENS": "1024"})
+    s = PlannerSettings.from_env(
+        {"CONDUCTOR_POLICY_PROMPT": "examples", "CONDUCTOR_POLICY_MAX_TOKENS": "1024"}
+    )
     with pytest.raises(ConfigError) as err:
         serving(s, CARD)
     assert "CONDUCTOR_POLICY_PROMPT=examples but the policy card says task" in str(err.value)
@@ -87,11 +90,12 @@ class _Recording:
 async def test_the_planner_samples_as_the_card_says():
     policy = _Recording(CARD)
     planner = Planner(PlannerSettings.from_env({"CONDUCTOR_POLICY": "local:x"}), policy)
-    req = PlanRequest(task_id="t", question="What is 2+2?", workers=[WorkerCard(index=0, description="d")],
-                      domain="math")  # fmt: skip
+    req = PlanRequest(
+        task_id="t", question="What is 2+2?", workers=[WorkerCard(index=0, description="d")], domain="math"
+    )
     reply = await planner.plan(req)
     assert reply.error is None, reply
-    (prompt, temperature, max_tokens), = policy.calls
+    ((prompt, temperature, max_tokens),) = policy.calls
     assert (temperature, max_tokens) == (0.5, 192)
     assert "Answer type" not in prompt and prompt.startswith("Question:")  # task style, no answer-type line
     policy.card = msgspec.structs.replace(CARD, show_domain=True, temperature=0.9)
@@ -100,7 +104,9 @@ async def test_the_planner_samples_as_the_card_says():
 
 
 async def test_a_version_whose_card_contradicts_the_settings_is_refused():
-    settings = PlannerSettings.from_env({"CONDUCTOR_POLICY": "local:x", "CONDUCTOR_POLICY_PROMPT": "examples"})
+    settings = PlannerSettings.from_env(
+        {"CONDUCTOR_POLICY": "local:x", "CONDUCTOR_POLICY_PROMPT": "examples"}
+    )
 
     class _Never:
         active = None
@@ -109,8 +115,17 @@ async def test_a_version_whose_card_contradicts_the_settings_is_refused():
             raise AssertionError("a refused card never reaches the model")
 
     watcher = VersionWatcher(_Never(), settings)  # type: ignore[arg-type]
-    version = PolicyVersion(version="r@1", run="r", step=1, object="r/1", base="sha256:" + "1" * 64,
-                            sha256="2" * 64, size=1, created=0.0, card=CARD)  # fmt: skip
+    version = PolicyVersion(
+        version="r@1",
+        run="r",
+        step=1,
+        object="r/1",
+        base="sha256:" + "1" * 64,
+        sha256="2" * 64,
+        size=1,
+        created=0.0,
+        card=CARD,
+    )
     assert await watcher.apply(version) is False
 
 

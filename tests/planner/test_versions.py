@@ -42,12 +42,19 @@ async def _until(predicate, timeout: float = 30.0) -> None:
 
 
 def _loads(outcome: str) -> float:
-    return metrics.REGISTRY.get_sample_value("conductor_policy_version_loads_total", {"outcome": outcome}) or 0.0
+    return (
+        metrics.REGISTRY.get_sample_value("conductor_policy_version_loads_total", {"outcome": outcome}) or 0.0
+    )
 
 
 def _planner(nats_url: str, prefix: str, base: Path, versions: str = "watch") -> tuple[PlannerService, dict]:
-    env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": prefix, "CONDUCTOR_LOG_LEVEL": "WARNING",
-           "CONDUCTOR_POLICY": f"local:{base}", "CONDUCTOR_POLICY_VERSIONS": versions}  # fmt: skip
+    env = {
+        "NATS_URL": nats_url,
+        "CONDUCTOR_SUBJECT_PREFIX": prefix,
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+        "CONDUCTOR_POLICY": f"local:{base}",
+        "CONDUCTOR_POLICY_VERSIONS": versions,
+    }
     settings = PlannerSettings.from_env(env)
     return PlannerService(settings, policy=build_policy(settings, env)), env
 
@@ -68,16 +75,25 @@ async def test_a_published_version_is_hot_loaded_and_the_next_sample_is_its_own(
     assert isinstance(policy, LocalPolicy) and svc.versions is not None
     async with running([svc], CommonSettings.from_env(env), name="planner-versions"):
         assert await _text(policy) == tiny_adapters.text[None]  # an empty bucket: the base model
-        a = await publish_adapter(learner, tiny_adapters.a, base_dir=tiny_adapters.base, run="tiny", step=10,
-                                  prefix=subject_prefix)  # fmt: skip
+        a = await publish_adapter(
+            learner, tiny_adapters.a, base_dir=tiny_adapters.base, run="tiny", step=10, prefix=subject_prefix
+        )
         await _until(lambda: policy.active is not None and policy.active.version == "tiny@10")
         assert await _text(policy) == tiny_adapters.text["a"]
         assert policy.active.sha256 == a.sha256 and policy.active.base == a.base
-        info = metrics.REGISTRY.get_sample_value("conductor_policy_version_info",
-                                                 {"version": "tiny@10", "base": a.base, "sha256": a.sha256})  # fmt: skip
+        info = metrics.REGISTRY.get_sample_value(
+            "conductor_policy_version_info", {"version": "tiny@10", "base": a.base, "sha256": a.sha256}
+        )
         assert info == 1.0
-        await publish_adapter(learner, tiny_adapters.b, base_dir=tiny_adapters.base, run="tiny", step=20,
-                              prefix=subject_prefix, base=a.base)  # fmt: skip
+        await publish_adapter(
+            learner,
+            tiny_adapters.b,
+            base_dir=tiny_adapters.base,
+            run="tiny",
+            step=20,
+            prefix=subject_prefix,
+            base=a.base,
+        )
         await _until(lambda: policy.active.version == "tiny@20")
         assert await _text(policy) == tiny_adapters.text["b"]
 
@@ -90,24 +106,35 @@ async def test_corrupt_and_foreign_versions_are_refused_and_the_served_one_stays
     policy = svc._policy
     assert isinstance(policy, LocalPolicy)
     async with running([svc], CommonSettings.from_env(env), name="planner-versions"):
-        a = await publish_adapter(learner, tiny_adapters.a, base_dir=tiny_adapters.base, run="tiny", step=1,
-                                  prefix=subject_prefix)  # fmt: skip
+        a = await publish_adapter(
+            learner, tiny_adapters.a, base_dir=tiny_adapters.base, run="tiny", step=1, prefix=subject_prefix
+        )
         await _until(lambda: policy.active is not None and policy.active.version == "tiny@1")
         corrupt, foreign = _loads("corrupt"), _loads("wrong_base")
 
         # Corrupt: the object holds adapter b's bytes; its description and announcement claim another digest.
         packed = tmp_path / "b.tar"
         pack(tiny_adapters.b, packed)
-        bad = msgspec.structs.replace(a, version="tiny@2", step=2, object="tiny/2", size=packed.stat().st_size,
-                                      sha256="ab" * 32)  # fmt: skip
+        bad = msgspec.structs.replace(
+            a, version="tiny@2", step=2, object="tiny/2", size=packed.stat().st_size, sha256="ab" * 32
+        )
         store = await learner.jetstream().object_store(Names.for_prefix(subject_prefix).policies_bucket)
-        await store.put(bad.object, packed.read_bytes(), meta=ObjectMeta(description=msgspec.json.encode(bad).decode()))
+        await store.put(
+            bad.object, packed.read_bytes(), meta=ObjectMeta(description=msgspec.json.encode(bad).decode())
+        )
         await learner.publish(announcement_subject("tiny", subject_prefix), msgspec.json.encode(bad))
         await _until(lambda: _loads("corrupt") == corrupt + 1)
 
         # Another base: a genuine adapter, announced for a base model this planner does not have.
-        await publish_adapter(learner, tiny_adapters.b, base_dir=tiny_adapters.base, run="tiny", step=3,
-                              prefix=subject_prefix, base=OTHER_BASE)  # fmt: skip
+        await publish_adapter(
+            learner,
+            tiny_adapters.b,
+            base_dir=tiny_adapters.base,
+            run="tiny",
+            step=3,
+            prefix=subject_prefix,
+            base=OTHER_BASE,
+        )
         await _until(lambda: _loads("wrong_base") == foreign + 1)
 
         assert policy.active.version == "tiny@1" and policy.active.sha256 == a.sha256
@@ -119,10 +146,15 @@ async def test_at_start_up_the_newest_version_for_its_base_is_loaded_before_any_
     nats_url, subject_prefix, tiny_adapters, learner
 ):
     js, bucket = learner.jetstream(), Names.for_prefix(subject_prefix).policies_bucket
-    base = (await publish_adapter(learner, tiny_adapters.a, base_dir=tiny_adapters.base, run="tiny", step=1,
-                                  prefix=subject_prefix)).base  # fmt: skip
+    base = (
+        await publish_adapter(
+            learner, tiny_adapters.a, base_dir=tiny_adapters.base, run="tiny", step=1, prefix=subject_prefix
+        )
+    ).base
     await put_version(js, bucket, tiny_adapters.b, run="tiny", step=2, base=base, max_bytes=1 << 30)
-    await put_version(js, bucket, tiny_adapters.a, run="other", step=9, base=OTHER_BASE, max_bytes=1 << 30)  # newest
+    await put_version(
+        js, bucket, tiny_adapters.a, run="other", step=9, base=OTHER_BASE, max_bytes=1 << 30
+    )  # newest
     svc, env = _planner(nats_url, subject_prefix, tiny_adapters.base)
     policy = svc._policy
     assert isinstance(policy, LocalPolicy)
@@ -138,10 +170,25 @@ async def test_a_pinned_version_is_the_only_one_loaded(nats_url, subject_prefix,
     assert isinstance(policy, LocalPolicy)
     async with running([svc], CommonSettings.from_env(env), name="planner-versions"):
         assert await _text(policy) == tiny_adapters.text[None]  # not published yet: the base
-        base = (await publish_adapter(learner, tiny_adapters.b, base_dir=tiny_adapters.base, run="tiny", step=4,
-                                      prefix=subject_prefix)).base  # fmt: skip
-        await publish_adapter(learner, tiny_adapters.a, base_dir=tiny_adapters.base, run="tiny", step=5,
-                              prefix=subject_prefix, base=base)  # fmt: skip
+        base = (
+            await publish_adapter(
+                learner,
+                tiny_adapters.b,
+                base_dir=tiny_adapters.base,
+                run="tiny",
+                step=4,
+                prefix=subject_prefix,
+            )
+        ).base
+        await publish_adapter(
+            learner,
+            tiny_adapters.a,
+            base_dir=tiny_adapters.base,
+            run="tiny",
+            step=5,
+            prefix=subject_prefix,
+            base=base,
+        )
         await _until(lambda: policy.active is not None and policy.active.version == "tiny@5")
         assert await _text(policy) == tiny_adapters.text["a"]
 

@@ -28,7 +28,10 @@ async def test_planner_samples_from_vllm(vllm_server: VllmServer):
             PlanRequest(
                 task_id="vllm-1",
                 question="What is 17 * 23?",
-                workers=[WorkerCard(index=0, description="a math model"), WorkerCard(index=1, description="a checker")],
+                workers=[
+                    WorkerCard(index=0, description="a math model"),
+                    WorkerCard(index=1, description="a checker"),
+                ],
             )
         )
     finally:
@@ -44,14 +47,18 @@ async def test_unparseable_samples_are_resampled_then_the_fallback_plans_all_vis
     with its reason, resampled, and the fallback baseline writes the workflow — each stage visible in the reply."""
     model = vllm_server.model
     policy = OpenAIEndpointPolicy(model=model, base_url=vllm_server.url, api_key="not-needed", timeout_s=600)
-    settings = PlannerSettings(common=CommonSettings(), policy=f"openai:{model}", resamples=2, max_tokens=8,
-                               fallback="moa")  # fmt: skip
+    settings = PlannerSettings(
+        common=CommonSettings(), policy=f"openai:{model}", resamples=2, max_tokens=8, fallback="moa"
+    )
     try:
         reply = await Planner(settings, policy).plan(
             PlanRequest(
                 task_id="vllm-2",
                 question="What is 17 * 23?",
-                workers=[WorkerCard(index=0, description="a math model"), WorkerCard(index=1, description="a checker")],
+                workers=[
+                    WorkerCard(index=0, description="a math model"),
+                    WorkerCard(index=1, description="a checker"),
+                ],
             )
         )
     finally:
@@ -59,6 +66,8 @@ async def test_unparseable_samples_are_resampled_then_the_fallback_plans_all_vis
     assert reply.error is None, reply.error
     assert reply.attempts == 3 and len(reply.format_failures) == 3  # one sample, then two resamples
     assert all("cut off at max_tokens" in reason for reason in reply.format_failures), reply.format_failures
-    assert reply.fallback_used and reply.policy == "moa" and reply.policy_error is None  # a format, not a backend, fault
+    assert (
+        reply.fallback_used and reply.policy == "moa" and reply.policy_error is None
+    )  # a format, not a backend, fault
     assert 0 < reply.usage.output_tokens <= 3 * 8  # the rejected samples' tokens are accounted
     assert reply.workflow is not None and len(reply.workflow) >= 2

@@ -20,14 +20,18 @@ def planner(texts: list[str], sent: list[WorkRequest], **settings: object) -> Pl
     async def call(req: WorkRequest) -> WorkReply:
         sent.append(req)
         if req.worker != "sim-frontier":
-            info = ErrorInfo(code=ErrorCode.BAD_REQUEST, message=f"unknown worker {req.worker!r}", field="worker")
+            info = ErrorInfo(
+                code=ErrorCode.BAD_REQUEST, message=f"unknown worker {req.worker!r}", field="worker"
+            )
             return WorkReply(worker=req.worker, error=info)
         return WorkReply(worker=req.worker, text=texts.pop(0), usage=USAGE)
 
     return Planner(PlannerSettings(**settings), None, worker_policy=lambda name: WorkerPolicy(name, call))  # type: ignore[arg-type]
 
 
-async def test_the_worker_gets_the_conductor_prompt_and_its_usage_is_the_plans(cards: list[WorkerCard]) -> None:
+async def test_the_worker_gets_the_conductor_prompt_and_its_usage_is_the_plans(
+    cards: list[WorkerCard],
+) -> None:
     sent: list[WorkRequest] = []
     reply = await planner([GOOD], sent).plan(request(cards, policy="worker:sim-frontier"))
     assert reply.error is None and reply.policy == "worker:sim-frontier" and not reply.fallback_used
@@ -48,10 +52,16 @@ async def test_unparseable_answers_are_resampled_then_fall_back(cards: list[Work
 
 async def test_an_unknown_worker_is_a_bad_request_not_a_fallback(cards: list[WorkerCard]) -> None:
     reply = await planner([], []).plan(request(cards, policy="worker:gpt-9"))
-    assert reply.error is not None and reply.error.code == ErrorCode.BAD_REQUEST and reply.error.field == "policy"
+    assert (
+        reply.error is not None
+        and reply.error.code == ErrorCode.BAD_REQUEST
+        and reply.error.field == "policy"
+    )
     assert "unknown worker 'gpt-9'" in reply.error.message
 
 
 async def test_a_planner_that_cannot_reach_workers_says_so(cards: list[WorkerCard]) -> None:
     reply = await Planner(PlannerSettings(), None).plan(request(cards, policy="worker:sim-frontier"))
-    assert reply.error is not None and reply.error.field == "policy" and "worker:<name>" in reply.error.message
+    assert (
+        reply.error is not None and reply.error.field == "policy" and "worker:<name>" in reply.error.message
+    )

@@ -28,9 +28,7 @@ def test_math500_and_its_answer_check() -> None:
 
 def test_paper_split_is_seeded() -> None:
     problems = [
-        Problem(
-            id=str(i), benchmark="m", question="", reference=TextReference(answer="1"), domain="math"
-        )
+        Problem(id=str(i), benchmark="m", question="", reference=TextReference(answer="1"), domain="math")
         for i in range(500)
     ]
     train, test = datasets.paper_split(problems, seed=3)

@@ -72,8 +72,18 @@ def test_names_are_canonicalised_and_unknown_ones_named() -> None:
 
 
 def test_every_entry_declares_a_version_splits_and_a_note() -> None:
-    assert registry.names() == ["sim", "math500", "aime25", "gpqa-diamond", "mmlu", "livecodebench",
-                                "bigcodebench-hard", "rlpr", "humaneval", "jsonl"]  # fmt: skip
+    assert registry.names() == [
+        "sim",
+        "math500",
+        "aime25",
+        "gpqa-diamond",
+        "mmlu",
+        "livecodebench",
+        "bigcodebench-hard",
+        "rlpr",
+        "humaneval",
+        "jsonl",
+    ]
     for entry in registry.REGISTRY.values():
         assert entry.version and entry.note and entry.eval_split in entry.splits
         assert set(entry.splits) <= {"train", "test"}
@@ -96,14 +106,21 @@ def test_labels_name_an_entry_and_a_split() -> None:
 def test_a_source_keeps_only_its_domains() -> None:
     kept = registry.load(registry.Source(name="sim", domains=["code"]), "test")
     assert kept and {p.domain for p in kept} == {"code"}
-    with pytest.raises(TaskError, match=r"mmlu: no 'test' questions in domains \['math'\]; it has \['mmlu'\]"):
+    with pytest.raises(
+        TaskError, match=r"mmlu: no 'test' questions in domains \['math'\]; it has \['mmlu'\]"
+    ):
         registry.load(registry.Source(name="mmlu", domains=["math"]))
 
 
 def test_math500_uses_the_papers_100_question_test_split() -> None:
     problems = [
-        Problem(id=f"test/x/{i}.json", benchmark="math500", question="q", reference=TextReference(answer="1"),
-                domain="math")
+        Problem(
+            id=f"test/x/{i}.json",
+            benchmark="math500",
+            question="q",
+            reference=TextReference(answer="1"),
+            domain="math",
+        )
         for i in range(500)
     ]
     test, train = registry.math500_test(problems), registry.math500_train(problems)
@@ -125,16 +142,26 @@ def test_missing_file_and_malformed_record_name_the_file(tmp_path: Path) -> None
 
 def test_rlpr_reads_nested_and_json_text_rows(tmp_path: Path) -> None:
     rows = [
-        {"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "Q1?"}],
-         "reward_model": {"ground_truth": "42", "style": "rule"}, "extra_info": {"index": 7}, "ability": "math"},
-        {"prompt": json.dumps([{"role": "user", "content": "Q2?"}]),
-         "reward_model": json.dumps({"ground_truth": "x"}), "extra_info": "{}"},
-    ]  # fmt: skip
+        {
+            "prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "Q1?"}],
+            "reward_model": {"ground_truth": "42", "style": "rule"},
+            "extra_info": {"index": 7},
+            "ability": "math",
+        },
+        {
+            "prompt": json.dumps([{"role": "user", "content": "Q2?"}]),
+            "reward_model": json.dumps({"ground_truth": "x"}),
+            "extra_info": "{}",
+        },
+    ]
     path = tmp_path / "rlpr.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     first, second = load_rlpr(path)
     assert (first.id, first.question, first.reference, first.subject) == (
-        "rlpr/7", "Q1?", TextReference(answer="42", kind="auto"), "math"
+        "rlpr/7",
+        "Q1?",
+        TextReference(answer="42", kind="auto"),
+        "math",
     )
     assert (second.id, second.question) == ("rlpr/1", "Q2?")
     path.write_text(json.dumps({"prompt": [{"role": "user", "content": "Q"}], "reward_model": {}}) + "\n")
@@ -150,7 +177,9 @@ def test_hub_rows_go_through_the_same_loader(monkeypatch: pytest.MonkeyPatch) ->
     [problem] = registry.load_benchmark("aime25", hub=True)
     assert problem.id == "aime25/9" and problem.question.startswith("P?\n\n")
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=_offline))
-    with pytest.raises(MissingDataError, match="aime25: cannot load math-ai/aime25 from the Hub: ConnectionError"):
+    with pytest.raises(
+        MissingDataError, match="aime25: cannot load math-ai/aime25 from the Hub: ConnectionError"
+    ):
         registry.load_benchmark("aime25", hub=True)
     with pytest.raises(MissingDataError, match="no Hub copy"):
         hub.hub_file("humaneval", None)

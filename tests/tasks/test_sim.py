@@ -90,5 +90,7 @@ async def test_real_verifier_scores_sim_answers_as_intended() -> None:
             expected.append(Outcome.CORRECT if n == 0 else Outcome.INCORRECT)
     async with Verifier(make_settings()) as verifier:
         verdicts = await verifier.verify_batch(requests)
-    wrong = [(v.id, v.outcome, v.reason) for v, want in zip(verdicts, expected, strict=True) if v.outcome != want]
+    wrong = [
+        (v.id, v.outcome, v.reason) for v, want in zip(verdicts, expected, strict=True) if v.outcome != want
+    ]
     assert not wrong

@@ -110,12 +110,16 @@ def vllm_context(context: int, chars_per_token: int = 4) -> Callable[[dict[str, 
         prompt = sum(len(m["content"]) for m in body["messages"]) // chars_per_token + 1
         wanted = body.get("max_tokens") or body.get("max_completion_tokens") or 16
         if prompt >= context:
-            message = (f"This model's maximum context length is {context} tokens. However, your request has "
-                       f"{prompt} input tokens. Please reduce the length of the input messages.")  # fmt: skip
+            message = (
+                f"This model's maximum context length is {context} tokens. However, your request has "
+                f"{prompt} input tokens. Please reduce the length of the input messages."
+            )
         elif wanted > context - prompt:
-            message = (f"'max_tokens' or 'max_completion_tokens' is too large: {wanted}. This model's maximum "
-                       f"context length is {context} tokens and your request has {prompt} input tokens "
-                       f"({wanted} > {context} - {prompt}).")  # fmt: skip
+            message = (
+                f"'max_tokens' or 'max_completion_tokens' is too large: {wanted}. This model's maximum "
+                f"context length is {context} tokens and your request has {prompt} input tokens "
+                f"({wanted} > {context} - {prompt})."
+            )
         else:
             return openai_ok(prompt=prompt, completion=min(wanted, 7))
         body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}

@@ -26,12 +26,22 @@ BAD_PAYLOADS = [
     (b"[1, 2]", ErrorCode.BAD_REQUEST, None),
     (b'{"worker": 5, "messages": []}', ErrorCode.BAD_REQUEST, "worker"),
     (b'{"worker": "sim-small"}', ErrorCode.BAD_REQUEST, "messages"),
-    (b'{"worker": "sim-small", "messages": [{"role": "robot", "content": "x"}]}', ErrorCode.BAD_REQUEST,
-     "messages[0].role"),
-    (b'{"worker": "nobody", "messages": [{"role": "user", "content": "x"}]}', ErrorCode.BAD_REQUEST, "worker"),
-    (b'{"worker": "sim-small", "messages": [{"role": "user", "content": "' + b"x" * 5000 + b'"}]}',
-     ErrorCode.PAYLOAD_TOO_LARGE, None),
-]  # fmt: skip
+    (
+        b'{"worker": "sim-small", "messages": [{"role": "robot", "content": "x"}]}',
+        ErrorCode.BAD_REQUEST,
+        "messages[0].role",
+    ),
+    (
+        b'{"worker": "nobody", "messages": [{"role": "user", "content": "x"}]}',
+        ErrorCode.BAD_REQUEST,
+        "worker",
+    ),
+    (
+        b'{"worker": "sim-small", "messages": [{"role": "user", "content": "' + b"x" * 5000 + b'"}]}',
+        ErrorCode.PAYLOAD_TOO_LARGE,
+        None,
+    ),
+]
 
 
 def _service(

@@ -15,8 +15,15 @@ QUESTION = [ChatMessage(role="user", content="What is 6*7? " * 20)]
 
 
 def _adapter(base_url: str, max_tokens: int = 4096) -> tuple[WorkerAdapter, list]:
-    spec = WorkerSpec(name="smol", provider="openai_compatible", model="smol", base_url=base_url,
-                      max_tokens=max_tokens, max_retries=2, timeout_s=5.0)  # fmt: skip
+    spec = WorkerSpec(
+        name="smol",
+        provider="openai_compatible",
+        model="smol",
+        base_url=base_url,
+        max_tokens=max_tokens,
+        max_retries=2,
+        timeout_s=5.0,
+    )
     pool = Pool(workers=[spec])
     providers = build_providers(pool, {})
     return WorkerAdapter(pool, providers, retry=FAST), list(providers.values())
@@ -87,12 +94,18 @@ async def test_a_404_from_a_base_url_without_v1_says_so():
 
 
 def test_refusals_as_each_server_words_them():
-    vllm = context_limit("This model's maximum context length is 2048 tokens. However, you requested 4127 tokens "
-                         "(31 in the messages, 4096 in the completion).")  # fmt: skip
-    sglang = context_limit("Requested token count exceeds the model's maximum context length of 2048 tokens. You "
-                           "requested a total of 4127 tokens: 31 tokens from the input messages and 4096 tokens.")  # fmt: skip
-    hosted = context_limit("This model's maximum context length is 8192 tokens. However, your messages resulted in "
-                           "9000 tokens. Please reduce the length of the messages.")  # fmt: skip
+    vllm = context_limit(
+        "This model's maximum context length is 2048 tokens. However, you requested 4127 tokens "
+        "(31 in the messages, 4096 in the completion)."
+    )
+    sglang = context_limit(
+        "Requested token count exceeds the model's maximum context length of 2048 tokens. You "
+        "requested a total of 4127 tokens: 31 tokens from the input messages and 4096 tokens."
+    )
+    hosted = context_limit(
+        "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+        "9000 tokens. Please reduce the length of the messages."
+    )
     assert (vllm.context, vllm.room()) == (2048, 2017) and (sglang.context, sglang.prompt) == (2048, 31)
     assert (hosted.context, hosted.prompt) == (8192, 9000) and context_limit("model not found") is None
     assert missing_v1_hint("http://h:8000/v1") == "" and missing_v1_hint("https://x/api/v1beta/") == ""

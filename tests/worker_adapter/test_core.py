@@ -83,11 +83,22 @@ def _adapter(provider: Scripted, **spec: object) -> tuple[WorkerAdapter, Sleeps]
 
 @pytest.mark.parametrize(
     ("status", "transient", "reason"),
-    [(400, False, "client_error"), (401, False, "client_error"), (403, False, "client_error"),
-     (404, False, "client_error"), (422, False, "client_error"), (408, True, "timeout"), (409, True, "conflict"),
-     (425, True, "conflict"), (429, True, "rate_limited"), (500, True, "server_error"),
-     (502, True, "server_error"), (503, True, "server_error"), (529, True, "server_error")],
-)  # fmt: skip
+    [
+        (400, False, "client_error"),
+        (401, False, "client_error"),
+        (403, False, "client_error"),
+        (404, False, "client_error"),
+        (422, False, "client_error"),
+        (408, True, "timeout"),
+        (409, True, "conflict"),
+        (425, True, "conflict"),
+        (429, True, "rate_limited"),
+        (500, True, "server_error"),
+        (502, True, "server_error"),
+        (503, True, "server_error"),
+        (529, True, "server_error"),
+    ],
+)
 def test_classify_status(status, transient, reason):
     err = classify_status(status, "boom", headers={"Retry-After": "3"}, body="{}")
     assert isinstance(err, TransientProviderError if transient else PermanentProviderError)

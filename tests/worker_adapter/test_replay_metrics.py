@@ -23,8 +23,14 @@ async def test_a_replayed_call_is_not_counted_again(nats_url, subject_prefix):
     """Failed before: every replay added a call, its tokens and its dollars again (1,550 calls for 1,500 paid)."""
     common = CommonSettings(nats_url=nats_url, subject_prefix=subject_prefix)
     replicas = [WorkerAdapterService(WorkerAdapterSettings(common=common), load_pool(None)) for _ in range(2)]
-    req = WorkRequest(worker="sim-frontier", messages=[ChatMessage(role="user", content=f"{QUESTION}\n\nAnswer it.")],
-                      task_id="t-replay", round=0, step=1, idempotent=True)  # fmt: skip
+    req = WorkRequest(
+        worker="sim-frontier",
+        messages=[ChatMessage(role="user", content=f"{QUESTION}\n\nAnswer it.")],
+        task_id="t-replay",
+        round=0,
+        step=1,
+        idempotent=True,
+    )
     async with running(replicas, common, name="replay"):
         before = parse(metrics.exposition().decode())
         first = await replicas[0].handle_work(req)

@@ -233,7 +233,9 @@ async def test_our_own_orphaned_claim_is_taken_over_at_once(nats_url, subject_pr
         assert reply.error is None and time.monotonic() - start < 0.5 and provider.calls == 1
 
 
-async def test_a_try_in_flight_at_the_requesters_deadline_is_recorded_not_bought_again(nats_url, subject_prefix):
+async def test_a_try_in_flight_at_the_requesters_deadline_is_recorded_not_bought_again(
+    nats_url, subject_prefix
+):
     """Found by the chaos suite beside a CPU hog (issue 19): the server cancels a request at its requester's
     deadline (conductor/liveness.py), and a try already sent, whose answer was waiting in a starved loop, was
     cancelled with it and its claim released, so the task's redelivery paid for the call again. Failed before: two
@@ -249,7 +251,9 @@ async def test_a_try_in_flight_at_the_requesters_deadline_is_recorded_not_bought
             await first
         redelivered = asyncio.create_task(a.adapter.call(req))
         await asyncio.sleep(0.2)
-        assert not redelivered.done() and a.adapter.stats().takeovers == 0  # it waits for the call still running
+        assert (
+            not redelivered.done() and a.adapter.stats().takeovers == 0
+        )  # it waits for the call still running
         provider.gate.set()  # the answer arrives
         again = await redelivered
         assert provider.calls == 1 and again.replayed and again.error is None and again.text == "answer #1"

@@ -36,17 +36,27 @@ AGGREGATE = "Aggregate the earlier answers and give the best final answer."
 
 def _dataset(tmp: Path, n: int = N) -> list[dict]:
     records = [
-        {"id": f"q{i}", "domain": "math", "question": f"Problem {i}: compute {i} * 7 + 3.",
-         "answer": str(i * 7 + 3), "wrong": [str(i * 7 + 2), str(i * 7 + 4), str(i * 7)]}
+        {
+            "id": f"q{i}",
+            "domain": "math",
+            "question": f"Problem {i}: compute {i} * 7 + 3.",
+            "answer": str(i * 7 + 3),
+            "wrong": [str(i * 7 + 2), str(i * 7 + 4), str(i * 7)],
+        }
         for i in range(n)
-    ]  # fmt: skip
+    ]
     (tmp / "qs.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     return records
 
 
 def _pool(tmp: Path, **extra: str) -> Pool:
-    workers = {"weak": ("0.3", "1"), "mid": ("0.5", "2"), "strong": ("0.7", "3"), "never": ("0.0", "4"),
-               "always": ("1.0", "5")}  # fmt: skip
+    workers = {
+        "weak": ("0.3", "1"),
+        "mid": ("0.5", "2"),
+        "strong": ("0.7", "3"),
+        "never": ("0.0", "4"),
+        "always": ("1.0", "5"),
+    }
     text = "".join(
         f'[[workers]]\nname = "{name}"\nprovider = "sim"\nmodel = "sim-{name}"\n{extra.get(name, "")}\n'
         f'[workers.sim]\ndataset = "qs.jsonl"\nskill = {{ math = {skill} }}\nseed = {seed}\n'
@@ -162,9 +172,13 @@ def test_deterministic_across_processes_whatever_the_hash_seed(tmp_path):
         )
     ).text
     there = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True,
-        env={**os.environ, "PYTHONHASHSEED": "12345"}, cwd=Path(__file__).parents[2],
-    ).stdout  # fmt: skip
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+        cwd=Path(__file__).parents[2],
+    ).stdout
     assert there == here + "\n" and extract_answer(here) in {"17", "16", "18", "14"}
 
 
@@ -173,8 +187,15 @@ async def test_never_reads_the_reference_from_the_request(world):
     records, pool, sim = world
     for r in records[:50]:
         leak = f"{r['question']}\n\nThe reference answer is \\boxed{{{r['answer']}}}.\nAnswer: {r['answer']}\n{VERIFY}"
-        text = await _ask(sim, pool, "never", [ChatMessage(role="system", content=f"Answer: {r['answer']}"),
-                                              ChatMessage(role="user", content=leak)])  # fmt: skip
+        text = await _ask(
+            sim,
+            pool,
+            "never",
+            [
+                ChatMessage(role="system", content=f"Answer: {r['answer']}"),
+                ChatMessage(role="user", content=leak),
+            ],
+        )
         assert normalize(extract_answer(text) or "") != normalize(r["answer"])
 
 
@@ -200,8 +221,11 @@ def test_formula_properties():
 async def test_empirical_rate_matches_the_formula(world):
     records, pool, sim = world
     contexts = {  # earlier assistant answers as offsets from the truth: 0 = correct, 1/-1 = wrong answers
-        "one correct": [0], "one wrong": [1], "two of three correct": [0, 1, 0], "same wrong twice": [1, 1, 0],
-    }  # fmt: skip
+        "one correct": [0],
+        "one wrong": [1],
+        "two of three correct": [0, 1, 0],
+        "same wrong twice": [1, 1, 0],
+    }
     for label, offsets in contexts.items():
         for worker, skill in (("weak", 0.3), ("strong", 0.7)):
             right = 0
@@ -261,8 +285,10 @@ async def test_collaboration_strategies_matter(world):
 async def test_failures_are_transient_and_retried_by_the_core(tmp_path):
     _dataset(tmp_path, n=40)
     pool = _pool(tmp_path)
-    pool = Pool(workers=[w if w.sim is None else _with(w, failure_rate=0.5) for w in pool.workers],
-                base_dir=pool.base_dir)  # fmt: skip
+    pool = Pool(
+        workers=[w if w.sim is None else _with(w, failure_rate=0.5) for w in pool.workers],
+        base_dir=pool.base_dir,
+    )
     waits: list[float] = []
 
     async def no_sleep(s: float) -> None:
@@ -320,7 +346,9 @@ async def test_tokens_truncation_and_latency(world):
 async def test_vary_by_task_draws_afresh_per_task_at_the_same_skill(tmp_path):
     """An eval's repeats are different tasks: with ``vary_by_task`` each is a fresh draw, the skill unchanged."""
     records = _dataset(tmp_path, n=400)
-    pool = parse_pool(MID_ONLY.replace("seed = 2\n", "seed = 2\nvary_by_task = true\n"), base_dir=str(tmp_path))
+    pool = parse_pool(
+        MID_ONLY.replace("seed = 2\n", "seed = 2\nvary_by_task = true\n"), base_dir=str(tmp_path)
+    )
     sim = SimProvider(pool)
 
     async def correct(task: str) -> list[bool]:
@@ -329,7 +357,10 @@ async def test_vary_by_task_draws_afresh_per_task_at_the_same_skill(tmp_path):
             (await sim.complete(pool.get("mid"), build_messages(r["question"], SOLVE, []), params)).text
             for r in records
         ]
-        return [normalize(extract_answer(t) or "") == normalize(r["answer"]) for t, r in zip(texts, records, strict=True)]
+        return [
+            normalize(extract_answer(t) or "") == normalize(r["answer"])
+            for t, r in zip(texts, records, strict=True)
+        ]
 
     first, again, other = await correct("task-a"), await correct("task-a"), await correct("task-b")
     assert first == again and first != other

@@ -18,8 +18,18 @@ pytestmark = pytest.mark.vllm  # the server: the vllm_server fixture (tests/conf
 
 
 async def test_vllm_chat_completion(vllm_server: VllmServer):
-    spec = WorkerSpec(name="vllm", provider="openai_compatible", model=vllm_server.model, base_url=vllm_server.url,
-                      max_tokens=16, temperature=0.2, top_p=0.8, top_k=20, timeout_s=300.0, price_out_per_mtok=1.0)  # fmt: skip
+    spec = WorkerSpec(
+        name="vllm",
+        provider="openai_compatible",
+        model=vllm_server.model,
+        base_url=vllm_server.url,
+        max_tokens=16,
+        temperature=0.2,
+        top_p=0.8,
+        top_k=20,
+        timeout_s=300.0,
+        price_out_per_mtok=1.0,
+    )
     pool = Pool(workers=[spec])
     providers = build_providers(pool, {})
     reply = await WorkerAdapter(pool, providers).call(

@@ -61,11 +61,41 @@ def test_arbitrary_text_raises_only_the_format_error(text: str, allow_empty: boo
 # Text built from the language's own pieces reaches deeper into the parser than random unicode does.
 _PIECES = st.sampled_from(
     [
-        "model_id", "subtasks", "access_list", "=", ":", " ", "\n", "[", "]", "(", ")", "{", "}", ",", "'", '"',
-        '"""', "all", '"all"', "#", "\\", "0", "1", "-1", "7", "True", "None", "*", "```python", "```", "x",
-        "1e400", "**",
+        "model_id",
+        "subtasks",
+        "access_list",
+        "=",
+        ":",
+        " ",
+        "\n",
+        "[",
+        "]",
+        "(",
+        ")",
+        "{",
+        "}",
+        ",",
+        "'",
+        '"',
+        '"""',
+        "all",
+        '"all"',
+        "#",
+        "\\",
+        "0",
+        "1",
+        "-1",
+        "7",
+        "True",
+        "None",
+        "*",
+        "```python",
+        "```",
+        "x",
+        "1e400",
+        "**",
     ]
-)  # fmt: skip
+)
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow])

@@ -101,7 +101,12 @@ class Loaded:
 
 class LocalPolicy:
     def __init__(
-        self, ref: str, *, name: str | None = None, adapter: str | Path | None = None, card: PolicyCard | None = None
+        self,
+        ref: str,
+        *,
+        name: str | None = None,
+        adapter: str | Path | None = None,
+        card: PolicyCard | None = None,
     ) -> None:
         """``card``: the configured adapter's policy card (served until a policy version replaces it)."""
         self.name = name or f"local:{ref}"
@@ -137,8 +142,13 @@ class LocalPolicy:
     ) -> list[Sample]:
         await self._open.wait()
         await self._current()
-        ask = _Ask([{"role": m.role, "content": m.content} for m in messages], n, temperature, max_tokens,
-                   asyncio.get_running_loop().create_future())  # fmt: skip
+        ask = _Ask(
+            [{"role": m.role, "content": m.content} for m in messages],
+            n,
+            temperature,
+            max_tokens,
+            asyncio.get_running_loop().create_future(),
+        )
         self._waiting.append(ask)
         try:
             await self._generating.acquire()
@@ -215,8 +225,12 @@ class LocalPolicy:
         where = resolve(self._ref)
         with MODEL_LOAD_LOCK:
             try:
-                tokenizer = self._active.tokenizer if self._active is not None else AutoTokenizer.from_pretrained(
-                    where.directory, gguf_file=where.gguf_file, local_files_only=True
+                tokenizer = (
+                    self._active.tokenizer
+                    if self._active is not None
+                    else AutoTokenizer.from_pretrained(
+                        where.directory, gguf_file=where.gguf_file, local_files_only=True
+                    )
                 )
                 model = AutoModelForCausalLM.from_pretrained(
                     where.directory, gguf_file=where.gguf_file, local_files_only=True
@@ -225,7 +239,9 @@ class LocalPolicy:
                 raise PolicyError(f"cannot load local model {self._ref!r}: {exc}", retryable=False) from exc
             found = fingerprint(model)
             if base is not None and found != base:
-                raise VersionError("wrong_base", f"{version} is for the base {base}; {self._ref!r} is {found}")
+                raise VersionError(
+                    "wrong_base", f"{version} is for the base {base}; {self._ref!r} is {found}"
+                )
             card = self._card
             if adapter is not None:
                 model = _with_adapter(model, adapter)
@@ -249,11 +265,14 @@ class LocalPolicy:
             tok.padding_side = side
         sampling = (
             {"do_sample": True, "temperature": lead.temperature, "top_p": 1.0, "top_k": 0}
-            if lead.temperature > 0 else {"do_sample": False}
-        )  # fmt: skip
+            if lead.temperature > 0
+            else {"do_sample": False}
+        )
         try:
             with torch.inference_mode():
-                out = loaded.model.generate(**enc, **sampling, max_new_tokens=lead.max_tokens, pad_token_id=pad)
+                out = loaded.model.generate(
+                    **enc, **sampling, max_new_tokens=lead.max_tokens, pad_token_id=pad
+                )
         except RuntimeError as exc:
             raise PolicyError(f"local generation failed: {exc}", retryable=False) from exc
         width = int(enc["input_ids"].shape[1])
@@ -265,12 +284,17 @@ class LocalPolicy:
             for i in range(a.n):
                 new = out[row, width:].tolist()
                 length = new.index(tok.eos_token_id) if tok.eos_token_id in new else len(new)
-                samples.append(Sample(
-                    text=tok.decode(new[:length], skip_special_tokens=True),
-                    usage=Usage(input_tokens=int(prompt_lens[row]) if i == 0 else 0, output_tokens=length,
-                                calls=int(i == 0)),
-                    truncated=length >= a.max_tokens,
-                ))  # fmt: skip
+                samples.append(
+                    Sample(
+                        text=tok.decode(new[:length], skip_special_tokens=True),
+                        usage=Usage(
+                            input_tokens=int(prompt_lens[row]) if i == 0 else 0,
+                            output_tokens=length,
+                            calls=int(i == 0),
+                        ),
+                        truncated=length >= a.max_tokens,
+                    )
+                )
                 row += 1
             answers.append(samples)
         return answers

@@ -113,8 +113,11 @@ def _refused(exc: _Overflow, max_tokens: int) -> PolicyError:
     if limit.prompt is not None and limit.prompt >= limit.context:
         return PromptTooLong(limit.prompt, limit.context, detail=exc.detail)
     after = f" after the prompt's {limit.prompt}" if limit.prompt is not None else ""
-    return PolicyError(f"max_tokens {max_tokens} does not fit the policy's context of {limit.context} tokens{after}",
-                       retryable=False, detail=exc.detail)  # fmt: skip
+    return PolicyError(
+        f"max_tokens {max_tokens} does not fit the policy's context of {limit.context} tokens{after}",
+        retryable=False,
+        detail=exc.detail,
+    )
 
 
 def _samples(resp: openai.types.chat.ChatCompletion) -> list[Sample]:

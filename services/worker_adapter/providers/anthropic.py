@@ -53,7 +53,9 @@ class AnthropicProvider:
     def __init__(self, keys: Mapping[str, str]) -> None:
         self._clients: ClientCache[anthropic.AsyncAnthropic] = ClientCache(
             keys,
-            lambda key, spec: anthropic.AsyncAnthropic(api_key=key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s),
+            lambda key, spec: anthropic.AsyncAnthropic(
+                api_key=key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s
+            ),
             keyless=None,
         )
 

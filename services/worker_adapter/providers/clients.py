@@ -30,7 +30,9 @@ class ClientCache(Generic[C]):
     """``keyless`` is the key sent when the worker names no key variable (a local server); None means a key is
     required. ``make(api_key, spec)`` builds the SDK client."""
 
-    def __init__(self, keys: Mapping[str, str], make: Callable[[str, WorkerSpec], C], *, keyless: str | None) -> None:
+    def __init__(
+        self, keys: Mapping[str, str], make: Callable[[str, WorkerSpec], C], *, keyless: str | None
+    ) -> None:
         self._keys = keys
         self._make = make
         self._keyless = keyless
@@ -68,4 +70,6 @@ def sdk_errors(sdk: ModuleType, timeout_s: float) -> Iterator[None]:
             f"connection failed: {exc.message}", reason=FaultReason.CONNECTION, detail=repr(exc.__cause__)
         ) from exc
     except sdk.APIStatusError as exc:
-        raise classify_status(exc.status_code, exc.message, headers=exc.response.headers, body=str(exc.body)) from exc
+        raise classify_status(
+            exc.status_code, exc.message, headers=exc.response.headers, body=str(exc.body)
+        ) from exc

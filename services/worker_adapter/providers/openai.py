@@ -101,7 +101,9 @@ class OpenAIProvider:
     def __init__(self, keys: Mapping[str, str]) -> None:
         self._clients: ClientCache[openai.AsyncOpenAI] = ClientCache(
             keys,
-            lambda key, spec: openai.AsyncOpenAI(api_key=key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s),
+            lambda key, spec: openai.AsyncOpenAI(
+                api_key=key, base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s
+            ),
             keyless=KEYLESS,
         )
         self._contexts: dict[tuple[str | None, str], int] = {}  # (base_url, model) -> its context length
@@ -129,13 +131,20 @@ class OpenAIProvider:
                 room = exc.limit.room()
                 if room is None or room < 1 or room >= fitted.max_tokens:
                     raise _overflow(spec, fitted.max_tokens, exc) from exc
-                log.warning("max_tokens above the server's context: fitted", worker=spec.name,
-                            max_tokens=params.max_tokens, context=exc.limit.context, fitted=room)  # fmt: skip
+                log.warning(
+                    "max_tokens above the server's context: fitted",
+                    worker=spec.name,
+                    max_tokens=params.max_tokens,
+                    context=exc.limit.context,
+                    fitted=room,
+                )
                 fitted = msgspec.structs.replace(fitted, max_tokens=room)
                 resp = await self._create(client, spec, messages, fitted)
         except ContextOverflow as exc:  # refused again with what the server said would fit: no third try
             raise _overflow(spec, fitted.max_tokens, exc) from exc
-        except openai.APIError as exc:  # e.g. a 2xx whose body is not a chat completion: replaying will not fix it
+        except (
+            openai.APIError
+        ) as exc:  # e.g. a 2xx whose body is not a chat completion: replaying will not fix it
             raise PermanentProviderError(
                 f"unusable response: {exc.message}", reason=FaultReason.INVALID_RESPONSE
             ) from exc
@@ -150,8 +159,12 @@ class OpenAIProvider:
         return Completion(text=text, input_tokens=n_in, output_tokens=n_out, model=resp.model or spec.model)
 
     async def _create(
-        self, client: openai.AsyncOpenAI, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
-    ) -> Any:  # fmt: skip
+        self,
+        client: openai.AsyncOpenAI,
+        spec: WorkerSpec,
+        messages: Sequence[ChatMessage],
+        params: CallParams,
+    ) -> Any:
         """One request; a context-length refusal is a ``ContextOverflow``, a 404 hints at a missing ``/v1``."""
         with sdk_errors(openai, params.timeout_s):
             try:
@@ -167,8 +180,10 @@ class OpenAIProvider:
                 said = server_message(exc.body, exc.message)
                 raise PermanentProviderError(
                     f"HTTP 404 from {spec.base_url or 'the OpenAI API'}: {said[:200]}{missing_v1_hint(spec.base_url)}",
-                    reason=FaultReason.CLIENT_ERROR, status=404, detail=f"HTTP 404: {str(exc.body)[:500]}",
-                ) from exc  # fmt: skip
+                    reason=FaultReason.CLIENT_ERROR,
+                    status=404,
+                    detail=f"HTTP 404: {str(exc.body)[:500]}",
+                ) from exc
 
     async def aclose(self) -> None:
         await self._clients.aclose()
@@ -179,9 +194,13 @@ def _overflow(spec: WorkerSpec, max_tokens: int, exc: ContextOverflow) -> Perman
     if limit.prompt is not None and limit.prompt >= limit.context:
         what = f"the prompt's {limit.prompt} tokens fill worker {spec.name!r}'s context of {limit.context} tokens"
     elif limit.prompt is not None:
-        what = (f"max_tokens {max_tokens} does not fit worker {spec.name!r}'s context of {limit.context} tokens "
-                f"after the prompt's {limit.prompt}")  # fmt: skip
+        what = (
+            f"max_tokens {max_tokens} does not fit worker {spec.name!r}'s context of {limit.context} tokens "
+            f"after the prompt's {limit.prompt}"
+        )
     else:
-        what = (f"max_tokens {max_tokens} does not fit worker {spec.name!r}'s context of {limit.context} tokens; "
-                "lower max_tokens in the pool file")  # fmt: skip
+        what = (
+            f"max_tokens {max_tokens} does not fit worker {spec.name!r}'s context of {limit.context} tokens; "
+            "lower max_tokens in the pool file"
+        )
     return PermanentProviderError(what, reason=FaultReason.CLIENT_ERROR, status=400, detail=exc.detail)

@@ -71,10 +71,30 @@ REVIEW_TRUST = 1.0  # λ when it does
 CORRELATION = 0.5  # κ: share of "knows" draws taken from the per-(worker, question) latent
 
 REVIEW_WORDS = (
-    "verify", "check", "review", "refine", "improve", "aggregate", "combine", "compare", "consensus", "critique",
-    "correct", "revise", "synthes", "evaluat", "judge", "confirm", "reconcile", "majority", "previous", "above",
-    "earlier", "best answer", "final answer",
-)  # fmt: skip
+    "verify",
+    "check",
+    "review",
+    "refine",
+    "improve",
+    "aggregate",
+    "combine",
+    "compare",
+    "consensus",
+    "critique",
+    "correct",
+    "revise",
+    "synthes",
+    "evaluat",
+    "judge",
+    "confirm",
+    "reconcile",
+    "majority",
+    "previous",
+    "above",
+    "earlier",
+    "best answer",
+    "final answer",
+)
 """Substrings (lower case) that mark a subtask as asking the worker to use the granted context."""
 
 UNKNOWN_TEXT = "I don't know the answer to this question, and I would rather not guess."
@@ -328,7 +348,9 @@ class SimProvider:
         reading = read_conversation(messages, self.dataset(sim))
         question = reading.record.question if reading.record else ""
         call = (sim.seed, spec.name, question, reading.subtask, reading.context, params.sample)
-        if sim.vary_by_task:  # a fresh draw per task (the latent aptitude below stays per worker and question)
+        if (
+            sim.vary_by_task
+        ):  # a fresh draw per task (the latent aptitude below stays per worker and question)
             call = (*call, params.task)
         rng = _rng(*call)
         await asyncio.sleep(sim.latency_s + sim.latency_jitter_s * rng.random())
