@@ -185,8 +185,9 @@ class Progress:
 
     async def run(self) -> None:
         while True:
-            url = self.fleet.url_for("client")
-            count = await _results_so_far(url, self.names, inbox_prefix="_INBOX.client")
+            # The bucket's count is the executor's to read: a tenant sees its own results only (docs/tenancy.md).
+            url = self.fleet.url_for("executor")
+            count = await _results_so_far(url, self.names, inbox_prefix="_INBOX.executor")
             if count >= 0:
                 self.samples.append((time.monotonic(), count))
             self.max_taken = max(self.max_taken, await self._taken())
