@@ -96,3 +96,33 @@ async def test_concurrent_samples_are_generated_as_one_batch(tiny_adapters, monk
     assert together[6] == alone[0] * 3
     assert sum(batches) == 9 and len(batches) <= 2, batches  # the first alone, then everything that waited
     await policy.aclose()
+
+
+async def test_a_prompt_over_the_local_models_context_is_a_typed_error_and_max_tokens_is_fitted(
+    tiny_adapters,
+) -> None:
+    """Issue 19, item 8, for the local backend as for an OpenAI endpoint: a prompt that fills the model's context
+    alone is ``PromptTooLong`` naming both numbers (no generation, no silent hand-back); one that leaves less room
+    than ``max_tokens`` gets the room there is."""
+    from schemas.work import ChatMessage
+    from services.planner.policies.local import LocalPolicy
+    from services.planner.policy import PromptTooLong
+
+    policy = LocalPolicy(str(tiny_adapters.base))
+    context = 4096  # the tiny model's max_position_embeddings (services/learner/tinymodel.py)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_adapters.base))
+    per_word = len(tok(" seven" * 100, add_special_tokens=False)["input_ids"]) / 100
+    long = [ChatMessage(role="user", content=" ".join(["seven"] * int(context / per_word + 50)))]
+    with pytest.raises(PromptTooLong) as caught:
+        await policy.sample(long, n=1, temperature=0.0, max_tokens=16)
+    assert caught.value.context == context and caught.value.prompt_tokens > context
+    assert (
+        f"over the policy's context of {context} tokens" in str(caught.value) and not caught.value.retryable
+    )
+    near = [ChatMessage(role="user", content=" ".join(["seven"] * int((context - 60) / per_word)))]
+    samples = await policy.sample(near, n=1, temperature=0.0, max_tokens=500)
+    prompt = samples[0].usage.input_tokens
+    assert context - 200 < prompt < context and samples[0].usage.output_tokens <= context - prompt < 500
+    await policy.aclose()

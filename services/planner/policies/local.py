@@ -38,7 +38,7 @@ from conductor.policy_versions import (
 from schemas.learner import PolicyCard
 from schemas.usage import Usage
 from schemas.work import ChatMessage
-from services.planner.policy import PolicyError, Sample
+from services.planner.policy import PolicyError, PromptTooLong, Sample
 
 
 class LocalModelRef(msgspec.Struct, frozen=True):
@@ -141,14 +141,10 @@ class LocalPolicy:
         self, messages: Sequence[ChatMessage], *, n: int, temperature: float, max_tokens: int
     ) -> list[Sample]:
         await self._open.wait()
-        await self._current()
-        ask = _Ask(
-            [{"role": m.role, "content": m.content} for m in messages],
-            n,
-            temperature,
-            max_tokens,
-            asyncio.get_running_loop().create_future(),
-        )
+        loaded = await self._current()
+        chat = [{"role": m.role, "content": m.content} for m in messages]
+        max_tokens = _fitted(loaded, chat, max_tokens)
+        ask = _Ask(chat, n, temperature, max_tokens, asyncio.get_running_loop().create_future())
         self._waiting.append(ask)
         try:
             await self._generating.acquire()
@@ -301,6 +297,19 @@ class LocalPolicy:
 
     async def aclose(self) -> None:
         self._active = None
+
+
+def _fitted(loaded: Loaded, chat: list[dict[str, str]], max_tokens: int) -> int:
+    """``max_tokens`` cut to what the model's context leaves after the prompt; a prompt that fills the context
+    alone (a recursion prompt carrying long earlier rounds) is ``PromptTooLong``, as from an OpenAI endpoint."""
+    context = getattr(loaded.model.config, "max_position_embeddings", None)
+    if not context:
+        return max_tokens
+    ids = loaded.tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True)
+    prompt = len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    if prompt >= context:
+        raise PromptTooLong(prompt, context)
+    return min(max_tokens, context - prompt)
 
 
 def _card(adapter: Path) -> PolicyCard | None:
