@@ -89,3 +89,23 @@ async def test_the_root_directory_is_private_holds_no_host_file_and_goes_with_it
     finally:
         await sandbox.close()
     assert not os.access(holder, os.F_OK)
+
+
+def test_roots_a_killed_verifier_left_behind_are_removed_and_no_others(tmp_path) -> None:
+    """A verifier killed by SIGKILL cannot remove its sandboxes' roots; the next one to make a root does, and
+    leaves a live process's roots and names that are not its own alone."""
+    import subprocess
+
+    from services.verifier.sandbox.launcher import ROOT_PREFIX, make_root
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = tmp_path / f"{ROOT_PREFIX}{gone.pid}-0-abc"
+    (stale / "root" / "usr").mkdir(parents=True)
+    live = tmp_path / f"{ROOT_PREFIX}1-0-def"  # pid 1 is alive
+    live.mkdir()
+    other = tmp_path / "conductor-sandbox-rootless"
+    other.mkdir()
+    holder, root = make_root(str(tmp_path), 3)
+    assert not stale.exists() and live.is_dir() and other.is_dir()
+    assert os.path.basename(holder).startswith(f"{ROOT_PREFIX}{os.getpid()}-3-") and os.path.isdir(root)

@@ -135,14 +135,46 @@ def root_parent() -> str | None:
     return usable[0] if usable else None
 
 
+ROOT_PREFIX = "conductor-sandbox-root-"
+
+
 def make_root(parent: str, slot: int) -> tuple[str, str]:
     """A private, empty root for one sandbox: ``(holder, root)``. The holder is 0700, so no host user reaches the
-    root's mount points; the root itself is 0755, as / is, so the candidate uid can walk it inside."""
-    holder = tempfile.mkdtemp(prefix=f"conductor-sandbox-root-{slot}-", dir=parent)
+    root's mount points; the root itself is 0755, as / is, so the candidate uid can walk it inside. Its name
+    carries this process's pid, so holders a killed verifier left behind are removed here (``reap_roots``)."""
+    reap_roots(parent)
+    holder = tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-{slot}-", dir=parent)
     root = os.path.join(holder, "root")
     os.mkdir(root, 0o755)
     os.chmod(root, 0o755)  # whatever the umask
     return holder, root
+
+
+def reap_roots(parent: str) -> list[str]:
+    """Remove the holders in ``parent`` whose verifier process is gone (a SIGKILL skips its own cleanup); a holder
+    holds only empty mount points on the host side. Another live process's, another user's (0700) and names that
+    are not ours are left alone. The removed holders' names."""
+    removed = []
+    for name in os.listdir(parent):
+        if not name.startswith(ROOT_PREFIX):
+            continue
+        pid = name[len(ROOT_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        if not os.path.exists(os.path.join(parent, name)):
+            removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def system_binds() -> list[str]:
