@@ -86,7 +86,7 @@ async def run_demo(
         console.print(demo_table(rows))
         console.print("Workflows (worker per step in order, what each saw in brackets):")
         for qid, _domain, res in rows:
-            console.print(f"  {qid}: {workflow_line(res)}", highlight=False, soft_wrap=True)
+            console.print(f"  {qid}: {workflow_line(res)}", markup=False, highlight=False, soft_wrap=True)
         console.print(
             f"planner policy: {', '.join(summary['policies'])} · correct {summary['correct']}/{summary['total']}"
             f" · errors {summary['errors']} · {summary['tokens']} tokens · {usd(summary['cost_usd'])}"

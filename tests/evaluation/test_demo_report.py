@@ -22,4 +22,11 @@ async def test_the_demo_writes_its_report(nats_url, subject_prefix, tmp_path: Pa
     assert await demo.run_demo(report_dir=tmp_path) == 0
     html = (tmp_path / "report.html").read_text()
     assert "Conductor demo" in html and '<section id="workflows">' in html and "demo · conductor" in html
-    assert f"report: {tmp_path / 'report.html'}" in out.getvalue()
+    printed = out.getvalue()
+    assert f"report: {tmp_path / 'report.html'}" in printed
+    # Every question's workflow, what each step saw in brackets, as written (not eaten as console markup).
+    assert (
+        "Conductor: baseline:moa (CONDUCTOR_POLICY)" in printed
+    )  # the tests pin the baseline (tests/conftest.py)
+    lines = [ln for ln in printed.splitlines() if ln.startswith("  math-1: ")]
+    assert len(lines) == 1 and " → " in lines[0] and "[all]" in lines[0], lines
