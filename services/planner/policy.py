@@ -36,11 +36,15 @@ class PolicyError(Exception):
 class PromptTooLong(PolicyError):
     """The prompt alone fills the policy's context (a long question, or a recursion prompt carrying earlier rounds).
     Deterministic for this request: the planner answers a typed error instead of falling back, since on a
-    recursion round the fallback hands back and the round would end silently."""
+    recursion round the fallback hands back and the round would end silently. ``at_least``: the server stopped
+    counting the prompt at ``prompt_tokens`` (vLLM counts only to one token past its context)."""
 
-    def __init__(self, prompt_tokens: int, context: int, *, detail: str | None = None) -> None:
+    def __init__(
+        self, prompt_tokens: int, context: int, *, at_least: bool = False, detail: str | None = None
+    ) -> None:
+        size = f"at least {prompt_tokens}" if at_least else str(prompt_tokens)
         super().__init__(
-            f"the prompt is {prompt_tokens} tokens, over the policy's context of {context} tokens",
+            f"the prompt is {size} tokens, over the policy's context of {context} tokens",
             retryable=False,
             detail=detail,
         )

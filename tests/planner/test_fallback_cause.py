@@ -124,6 +124,46 @@ async def test_the_policys_max_tokens_is_fitted_to_its_context(endpoint: FakeEnd
     assert sent == [1024, 2560 - 1712, 2560 - 2354], sent  # the third fitted before it was sent
 
 
+async def test_the_policys_max_tokens_is_fitted_to_vllm_032s_context(endpoint: FakeEndpoint, cards):
+    """Failed before, against a real vLLM 0.32 (tests/planner/test_vllm.py): its refusal names no prompt size, so
+    every plan was a 400 and the fallback planned. It cuts a max_tokens up to its context to what the prompt leaves
+    itself: the sample is drawn again with the context, and later ones are fitted to it before they are sent."""
+    endpoint.reply(
+        vllm_refusal(
+            "max_completion_tokens=100000 cannot be greater than max_model_len=8192. Please request fewer "
+            "output tokens. (parameter=max_completion_tokens, value=100000)"
+        ),
+        status=400,
+    )
+    endpoint.reply(completion(GOOD))
+    endpoint.reply(completion(GOOD))
+    p = policy(endpoint)
+    planner = Planner(PlannerSettings(policy="openai:conductor-7b", max_tokens=100_000), p)
+    replies = [await planner.plan(request(cards)) for _ in range(2)]
+    await p.aclose()
+    assert all(r.error is None and not r.fallback_used and r.policy_error is None for r in replies), replies
+    assert [r["max_completion_tokens"] for r in endpoint.requests] == [100_000, 8192, 8192]
+
+
+async def test_a_prompt_counted_only_past_the_context_is_named_as_at_least(endpoint: FakeEndpoint, cards):
+    """Failed before: vLLM 0.32 stops counting one token past the context, and the error named that as the size."""
+    endpoint.reply(
+        vllm_refusal(
+            "This model's maximum context length is 8192 tokens. However, your prompt contains at least 8193 "
+            "input tokens, which exceeds this limit even without any output tokens. Please reduce the length "
+            "of the input prompt. (parameter=input_tokens, value=8193)"
+        ),
+        status=400,
+    )
+    p = policy(endpoint)
+    reply = await Planner(PlannerSettings(policy="openai:conductor-7b"), p).plan(request(cards))
+    await p.aclose()
+    assert reply.error is not None and reply.error.code == ErrorCode.PLANNER_ERROR and not reply.fallback_used
+    assert (
+        reply.error.message == "the prompt is at least 8193 tokens, over the policy's context of 8192 tokens"
+    )
+
+
 async def test_a_base_url_without_v1_says_so(endpoint: FakeEndpoint, cards):
     endpoint.reply({"detail": "Not Found"}, status=404)
     p = policy(endpoint, base_url=endpoint.url.removesuffix("/v1"))

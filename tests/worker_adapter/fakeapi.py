@@ -177,3 +177,31 @@ class FakeAPI:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def vllm_clamping_context(context: int, chars_per_token: int = 4) -> Callable[[dict[str, Any]], Reply]:
+    """vLLM 0.32's answer (as its renderer words it): only a ``max_tokens`` above the whole context is refused,
+    naming no prompt size, and any other is cut to what the prompt leaves; a prompt over the context is counted
+    only to one token past it ("at least 2049 input tokens")."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        prompt = sum(len(m["content"]) for m in body["messages"]) // chars_per_token + 1
+        param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        wanted = body.get(param) or 16
+        if wanted > context:
+            message = (
+                f"{param}={wanted} cannot be greater than max_model_len={context}. Please request fewer "
+                f"output tokens. (parameter={param}, value={wanted})"
+            )
+        elif prompt > context:
+            message = (
+                f"This model's maximum context length is {context} tokens. However, your prompt contains at "
+                f"least {context + 1} input tokens, which exceeds this limit even without any output tokens. "
+                f"Please reduce the length of the input prompt. (parameter=input_tokens, value={context + 1})"
+            )
+        else:
+            return openai_ok(prompt=prompt, completion=min(wanted, context - prompt, 7))
+        body = {"error": {"message": message, "type": "BadRequestError", "param": param, "code": 400}}
+        return Reply(400, body)
+
+    return answer

@@ -7,13 +7,7 @@ from collections.abc import Sequence
 
 import openai
 
-from conductor.openai_errors import (
-    ContextLimit,
-    context_limit,
-    missing_v1_hint,
-    prompt_estimate,
-    server_message,
-)
+from conductor.openai_errors import ContextLimit, context_limit, fit, missing_v1_hint, server_message
 from schemas.usage import Usage
 from schemas.work import ChatMessage
 from services.planner.policy import PolicyError, PromptTooLong, Sample
@@ -36,8 +30,8 @@ class OpenAIEndpointPolicy:
     var it names.
 
     The server's context length (conductor/openai_errors.py) bounds each sample: ``max_tokens`` above what is left
-    after the prompt is fitted to it (remembered, so later prompts are fitted before they are sent); a prompt that
-    fills the context alone is ``PromptTooLong``."""
+    after the prompt (or, for vLLM 0.32, above the whole context) is fitted to it, remembered so later prompts are
+    fitted before they are sent; a prompt that fills the context alone is ``PromptTooLong``."""
 
     def __init__(
         self,
@@ -55,17 +49,16 @@ class OpenAIEndpointPolicy:
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
         )
-        self._context: int | None = None  # the server's context length, once a refusal named it
+        self._limit: ContextLimit | None = None  # the server's context, once a refusal named it
 
     async def sample(
         self, messages: Sequence[ChatMessage], *, n: int, temperature: float, max_tokens: int
     ) -> list[Sample]:
-        if self._context is not None and 0 < (room := self._context - prompt_estimate(messages)) < max_tokens:
-            max_tokens = room
+        max_tokens = fit(self._limit, messages, max_tokens)
         try:
             return await self._sample(messages, n, temperature, max_tokens)
         except _Overflow as exc:
-            self._context = exc.limit.context
+            self._limit = exc.limit
             room = exc.limit.room()
             if room is None or not 0 < room < max_tokens:
                 raise _refused(exc, max_tokens) from exc
@@ -111,7 +104,7 @@ class OpenAIEndpointPolicy:
 def _refused(exc: _Overflow, max_tokens: int) -> PolicyError:
     limit = exc.limit
     if limit.prompt is not None and limit.prompt >= limit.context:
-        return PromptTooLong(limit.prompt, limit.context, detail=exc.detail)
+        return PromptTooLong(limit.prompt, limit.context, at_least=limit.prompt_at_least, detail=exc.detail)
     after = f" after the prompt's {limit.prompt}" if limit.prompt is not None else ""
     return PolicyError(
         f"max_tokens {max_tokens} does not fit the policy's context of {limit.context} tokens{after}",

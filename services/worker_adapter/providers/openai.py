@@ -23,13 +23,7 @@ import openai
 import structlog
 
 from conductor.aio import longest_wait
-from conductor.openai_errors import (
-    ContextLimit,
-    context_limit,
-    missing_v1_hint,
-    prompt_estimate,
-    server_message,
-)
+from conductor.openai_errors import ContextLimit, context_limit, fit, missing_v1_hint, server_message
 from conductor.pool import WorkerSpec
 from schemas.work import ChatMessage, FaultReason
 from services.worker_adapter.provider import (
@@ -93,10 +87,11 @@ class OpenAIProvider:
     """One ``AsyncOpenAI`` client per (base URL, key variable), created on first use and closed in ``aclose``.
 
     A worker's ``max_tokens`` above its server's context length (the paper's 4096 against a small model served with
-    2048) would make every call a 400: the server's refusal names the context and the prompt's tokens, so the call
-    is made once more with what fits, and the context is remembered so later calls are fitted before they are sent
-    (against a generous estimate of the prompt). A prompt that alone fills the context, or a refusal without the
-    prompt's size, is a permanent error naming both numbers."""
+    2048) would make every call a 400: the server's refusal names the context and the prompt's tokens (vLLM 0.32:
+    the context only, and it cuts any max_tokens up to it to what the prompt leaves), so the call is made once more
+    with what fits, and the context is remembered so later calls are fitted before they are sent (against a
+    generous estimate of the prompt). A prompt that alone fills the context, or a refusal without the prompt's size
+    from a server that does not cut, is a permanent error naming both numbers."""
 
     def __init__(self, keys: Mapping[str, str]) -> None:
         self._clients: ClientCache[openai.AsyncOpenAI] = ClientCache(
@@ -106,17 +101,18 @@ class OpenAIProvider:
             ),
             keyless=KEYLESS,
         )
-        self._contexts: dict[tuple[str | None, str], int] = {}  # (base_url, model) -> its context length
+        self._limits: dict[tuple[str | None, str], ContextLimit] = {}  # (base_url, model) -> its context
 
     def _client(self, spec: WorkerSpec) -> openai.AsyncOpenAI:
         return self._clients.get(spec)
 
     def _fitted(self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams) -> CallParams:
-        context = self._contexts.get((spec.base_url, spec.model))
-        room = None if context is None else context - prompt_estimate(messages)
-        if room is None or room < 1 or params.max_tokens <= room:
-            return params  # unknown, or the prompt may not fit at all: the server's answer says which
-        return msgspec.structs.replace(params, max_tokens=room)
+        max_tokens = fit(self._limits.get((spec.base_url, spec.model)), messages, params.max_tokens)
+        return (
+            params
+            if max_tokens == params.max_tokens
+            else msgspec.structs.replace(params, max_tokens=max_tokens)
+        )
 
     async def complete(
         self, spec: WorkerSpec, messages: Sequence[ChatMessage], params: CallParams
@@ -127,7 +123,7 @@ class OpenAIProvider:
             try:
                 resp = await self._create(client, spec, messages, fitted)
             except ContextOverflow as exc:
-                self._contexts[(spec.base_url, spec.model)] = exc.limit.context
+                self._limits[(spec.base_url, spec.model)] = exc.limit
                 room = exc.limit.room()
                 if room is None or room < 1 or room >= fitted.max_tokens:
                     raise _overflow(spec, fitted.max_tokens, exc) from exc
@@ -192,7 +188,8 @@ class OpenAIProvider:
 def _overflow(spec: WorkerSpec, max_tokens: int, exc: ContextOverflow) -> PermanentProviderError:
     limit = exc.limit
     if limit.prompt is not None and limit.prompt >= limit.context:
-        what = f"the prompt's {limit.prompt} tokens fill worker {spec.name!r}'s context of {limit.context} tokens"
+        size = f"at least {limit.prompt}" if limit.prompt_at_least else limit.prompt
+        what = f"the prompt ({size} tokens) fills worker {spec.name!r}'s context of {limit.context} tokens"
     elif limit.prompt is not None:
         what = (
             f"max_tokens {max_tokens} does not fit worker {spec.name!r}'s context of {limit.context} tokens "
