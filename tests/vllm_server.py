@@ -4,6 +4,8 @@ The ``vllm_server`` fixture (tests/conftest.py) hands it to the planner, worker-
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -14,6 +16,12 @@ import openai
 class VllmServer:
     url: str  # the /v1 base URL
     model: str  # the served model's name
+
+    def context(self) -> int:
+        """The served model's context length (``--max-model-len``, else the model config's), as vLLM lists it."""
+        with urllib.request.urlopen(f"{self.url}/models", timeout=30) as resp:
+            models = json.loads(resp.read())["data"]
+        return next(int(m["max_model_len"]) for m in models if m["id"] == self.model)
 
 
 def served(env: Mapping[str, str]) -> VllmServer | None:

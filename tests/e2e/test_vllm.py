@@ -9,7 +9,8 @@
    ``openai:`` policy; a plain CLI call gets a verified answer with every stage (policy samples, fallback, steps,
    verdict) in its JSON.
 2. The server killed mid-run: the task ends with a typed, retryable worker error; the services keep serving other
-   work; once the server is back the next solve on it succeeds.
+   work; once the server is back the next solve on it succeeds, and a durable task submitted while it was down
+   (issue 19, item 8) has waited out the restart within the default retry horizon and is answered.
 """
 
 from __future__ import annotations
@@ -213,6 +214,13 @@ async def test_server_killed_mid_run_then_back(nats_url, subject_prefix, tmp_pat
             (step,) = result.workflows[0].steps
             assert step.worker == "smol-a" and step.error is not None and step.error.retryable
 
+            # A durable task meets the outage: its transient failures are retried for the retry horizon
+            # (CONDUCTOR_RETRY_HORIZON_S, 600 s by default), not the worker-adapter's few tries.
+            durable = await client.submit(
+                SolveRequest(question="What is 12 * 13?", pool=["smol-a"], policy="single", domain="math")
+            )
+            down_at = time.monotonic()
+
             # The services keep serving work that does not need vLLM.
             other = await client.solve(
                 SolveRequest(
@@ -233,3 +241,6 @@ async def test_server_killed_mid_run_then_back(nats_url, subject_prefix, tmp_pat
             )
             assert again.error is None and again.answer, again.error
             assert again.workflows[0].steps[0].usage.output_tokens > 0
+            waited = await client.result(durable, wait=600)
+            assert waited.error is None and waited.answer, waited.error
+            print(f"durable task answered {time.monotonic() - down_at:.0f} s after it met the outage")
