@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import nats
 import pytest
 
 from conductor.client import ConductorClient
@@ -43,6 +44,9 @@ async def test_a_slow_call_beats_many_times_through_allow_responses(secured):
     try:
         await server.start()
         await planner.flush()
+        await _interest(
+            executor, "conductor.plan"
+        )  # what is tested is the beats, not how soon interest shows
         reply = await Requester(executor).request("conductor.plan", b"ok", timeout=10, beat_s=0.1, misses=3)
         assert reply.data == b"ok"
     finally:
@@ -50,6 +54,22 @@ async def test_a_slow_call_beats_many_times_through_allow_responses(secured):
         await planner.close()
         await executor.close()
     assert "Violation" not in secured.log()[before:]
+
+
+async def _interest(nc, subject: str, within_s: float = 5.0) -> None:
+    """Wait until ``subject`` has a responder as ``nc`` sees it (a loaded machine once answered "no responders"
+    right after the responder's subscription was flushed)."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while True:
+        try:
+            await nc.request(subject, b"", timeout=within_s)
+            return
+        except nats.errors.NoRespondersError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+        except nats.errors.TimeoutError:
+            return  # someone holds the subject; a probe without a deadline header is not answered in time
 
 
 async def test_a_client_from_the_credentials_file_connects_as_client(secured):
