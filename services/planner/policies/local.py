@@ -306,7 +306,7 @@ def _fitted(loaded: Loaded, chat: list[dict[str, str]], max_tokens: int) -> int:
     if not context:
         return max_tokens
     ids = loaded.tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True)
-    prompt = len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    prompt = len(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding or the ids themselves
     if prompt >= context:
         raise PromptTooLong(prompt, context)
     return min(max_tokens, context - prompt)

@@ -142,12 +142,19 @@ def make_root(parent: str, slot: int) -> tuple[str, str]:
     """A private, empty root for one sandbox: ``(holder, root)``. The holder is 0700, so no host user reaches the
     root's mount points; the root itself is 0755, as / is, so the candidate uid can walk it inside. Its name
     carries this process's pid, so holders a killed verifier left behind are removed here (``reap_roots``)."""
-    reap_roots(parent)
+    _reap_once(parent)
     holder = tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-{slot}-", dir=parent)
     root = os.path.join(holder, "root")
     os.mkdir(root, 0o755)
     os.chmod(root, 0o755)  # whatever the umask
     return holder, root
+
+
+@functools.cache
+def _reap_once(parent: str) -> None:
+    """``reap_roots`` once per process and place: what a killed verifier left does not grow while this one runs,
+    and a sandbox respawn is not a directory listing."""
+    reap_roots(parent)
 
 
 def reap_roots(parent: str) -> list[str]:
@@ -173,7 +180,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process: alive
-        return True
+        pass
     return True
 
 
