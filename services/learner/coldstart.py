@@ -4,10 +4,12 @@ Stage 1, ``sft``: TRL's ``SFTTrainer`` on (prompt, synthetic completion) pairs �
 training question and a random pool view, and a completion from services/learner/synthetic.py (random routing). The
 loss is on the completion only. Teaches the format; routing stays at chance.
 
-Stage 2, ``rejection``: sample ``rejection_samples`` completions per training question from the SFT'd policy, score
-them through the rollout API (the executor runs and verifies them), keep those whose reward is exactly 1 (parsed,
-answered correctly), and SFT on those. The policy's own successful text, so it also nudges routing toward what
-worked — a cheap first step of policy improvement before GRPO.
+Stage 2, ``rejection``: sample ``rejection_samples`` completions per training question from the policy so far, score
+them through the rollout API (the executor runs and verifies them), keep the good ones, and SFT on those: the
+policy's own successful text, so it also moves routing toward what worked. Kept are either the samples that scored 1
+(``rejection_select = "correct"``), or — expert iteration (issue 18) — each question's best sample by its mean
+reward over ``rejection_draws`` fresh draws minus a cost term (``"best"``), for ``rejection_rounds`` rounds, each
+sampling from the last.
 
 Each stage writes a full model directory (a LoRA adapter is merged), so the next stage starts from a plain path.
 """
@@ -152,14 +154,19 @@ def rejection_rows(
     reward: ConductorReward,
     *,
     logits_processor: Any = None,
-) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """Sample, score over the rollout path, keep reward == 1; the rows and the stage's figures."""
+    round_: int = 1,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Sample ``rejection_samples`` completions per question, score each on ``rejection_draws`` fresh draws over the
+    rollout path, and keep the good ones (config ``cold_start.rejection_select``); the rows and the stage's figures.
+    ``round_`` draws another set of questions and views in each round of expert iteration."""
     from services.learner.evaluate import fixed_episodes, generate
+    from services.learner.search import Tally
+    from services.learner.telemetry import routing, specialists
 
     c = config.cold_start
-    rng = random.Random(f"rejection:{config.data.seed}")
+    rng = random.Random(f"rejection:{config.data.seed}:{round_}")
     chosen = rng.sample(list(problems), min(c.rejection_questions, len(problems)))
-    episodes = fixed_episodes(chosen, pool, config, "rejection")
+    episodes = fixed_episodes(chosen, pool, config, "rejection" if round_ == 1 else f"rejection{round_}")
     eps, texts = generate(
         model,
         tokenizer,
@@ -167,13 +174,49 @@ def rejection_rows(
         pool,
         config,
         samples=c.rejection_samples,
+        temperature=c.rejection_temperature,
         logits_processor=logits_processor,
     )
-    scored = reward.score(eps, texts)
-    kept = [s for s in scored if s.result.reward == CORRECT]
+    k = c.rejection_draws
+    scored = reward.score([e for e in eps for _ in range(k)], [t for t in texts for _ in range(k)])
+    tallies = [Tally() for _ in texts]
+    for i, s in enumerate(scored):
+        if s.result.reward is not None:  # masked draws (a worker or verifier failed) are left out, not zeroed
+            tallies[i // k].add(s.result.reward, s.result.usage.cost_usd)
+    if c.rejection_select == "correct":
+        kept = [j for j, t in enumerate(tallies) if t.n and t.mean == CORRECT]
+    else:
+        kept = _best_per_question(
+            tallies, c.rejection_samples, c.rejection_cost_weight, c.rejection_min_reward
+        )
+    first_draws = [scored[j * k] for j in kept]
     stats = {
-        "sampled": len(scored),
+        "questions": len(episodes),
+        "sampled": len(texts),
+        "draws": len(scored),
         "parsed": sum(s.result.parsed for s in scored) / max(1, len(scored)),
+        "correct": sum(s.result.reward == CORRECT for s in scored) / max(1, len(scored)),
         "kept": len(kept),
+        "kept_mean_reward": round(sum(tallies[j].mean for j in kept) / len(kept), 4) if kept else None,
+        **routing(first_draws, specialists(pool)),
     }
-    return [_row(s.episode, s.completion, pool, config) for s in kept], stats
+    return [_row(eps[j], texts[j], pool, config) for j in kept], stats
+
+
+def _best_per_question(
+    tallies: Sequence[Any], samples: int, cost_weight: float, min_reward: float
+) -> list[int]:
+    """Expert iteration's pick: per question (``samples`` consecutive tallies), the sample with the best mean reward
+    minus ``cost_weight`` x mean $ (the cheaper on a tie), kept when its mean reward reaches ``min_reward``."""
+    kept = []
+    for q in range(0, len(tallies), samples):
+        scored = [j for j in range(q, q + samples) if tallies[j].n]
+        if not scored:
+            continue
+        best = max(
+            scored,
+            key=lambda j: (tallies[j].mean - cost_weight * tallies[j].mean_cost, -tallies[j].mean_cost, -j),
+        )
+        if tallies[best].mean >= min_reward:
+            kept.append(best)
+    return kept

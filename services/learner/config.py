@@ -141,9 +141,21 @@ class ColdStartSection(_Section):
     topologies: list[Literal["single", "chain", "fan_out", "verify_revise"]] = msgspec.field(
         default_factory=lambda: ["single", "chain", "fan_out", "verify_revise"]
     )
+    # Rejection sampling / expert iteration (services/learner/coldstart.py rejection_rows): the policy's own samples,
+    # scored through the rollout API, the good ones supervised. ``select = "correct"`` keeps every sample that scored 1
+    # on each of its draws (with one draw: selection on noise, issue 18 cause 5); ``"best"`` is expert iteration:
+    # each question's best sample by mean reward over ``rejection_draws`` fresh draws minus ``rejection_cost_weight``
+    # x mean $, kept when its mean reward reaches ``rejection_min_reward``. ``rejection_rounds`` > 1 samples each
+    # round from the previous round's policy.
     rejection: bool = False
     rejection_questions: Positive = 64
-    rejection_samples: Positive = 4  # completions per question; those scoring 1 are kept
+    rejection_samples: Positive = 4  # completions per question
+    rejection_draws: Positive = 1  # fresh draws each completion is scored on (needs ``data.fresh_draws``)
+    rejection_select: Literal["correct", "best"] = "correct"
+    rejection_cost_weight: Annotated[float, Meta(ge=0)] = 0.0
+    rejection_min_reward: Annotated[float, Meta(ge=0, le=1)] = 0.75
+    rejection_temperature: Annotated[float, Meta(ge=0)] | None = None  # None: grpo.temperature
+    rejection_rounds: Annotated[int, Meta(ge=1, le=8)] = 1
     rejection_epochs: PositiveFloat = 1.0
     parse_probe: Positive = 32  # completions sampled to measure the parse rate before/after each stage
     grammar: bool = False  # constrain the three lists while sampling (services/learner/grammar.py)
@@ -251,6 +263,9 @@ class OutputSection(_Section):
     # The model the adapter applies to; empty: this run's base. A run continuing another's policy (model.path = its
     # policy/) names the original base here, so the adapter carries both runs' training.
     adapter_base: str = ""
+    # The sampling temperature the policy card tells a planner to serve with; None: the training temperature
+    # (grpo.temperature). GRPO explores at 1.0; a policy it sharpened may be served cooler.
+    serve_temperature: Annotated[float, Meta(gt=0, le=2)] | None = None
 
 
 class LearnerConfig(_Section):
@@ -357,6 +372,12 @@ def check(config: LearnerConfig) -> None:
         )
     if config.model.source == "path" and not config.model.path:
         raise ConfigError("model.path is required when model.source = 'path'")
+    c = config.cold_start
+    if (c.search or (c.rejection and c.rejection_draws > 1)) and not d.fresh_draws:
+        # Re-scoring a completion on a pool that does not vary per rollout returns the same draw K times.
+        raise ConfigError(
+            "cold_start.search and cold_start.rejection_draws > 1 score repeated draws: set data.fresh_draws = true"
+        )
 
 
 def with_data(config: LearnerConfig, pairs: list[str]) -> LearnerConfig:

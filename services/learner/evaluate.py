@@ -49,9 +49,10 @@ def generate(
     config: LearnerConfig,
     *,
     samples: int = 1,
+    temperature: float | None = None,
     logits_processor: Any = None,
 ) -> tuple[list[Episode], list[str]]:
-    """``samples`` completions per episode, as parallel lists."""
+    """``samples`` completions per episode, as parallel lists, at ``temperature`` (None: ``grpo.temperature``)."""
     import torch
 
     torch.manual_seed(config.data.seed)  # the same draws for "before" and "after" measurements of one run
@@ -61,7 +62,7 @@ def generate(
         model,
         tokenizer,
         prompts,
-        temperature=config.grpo.temperature,
+        temperature=config.grpo.temperature if temperature is None else temperature,
         max_new_tokens=config.grpo.max_completion_tokens,
         logits_processor=logits_processor,
     )

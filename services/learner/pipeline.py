@@ -122,25 +122,26 @@ def _run(config: LearnerConfig, score: Scorer, *, resume: bool, progress: Progre
             )
         model_path = measured("sft", out / "sft")
     if c.rejection:
-        if "rejection" not in stages.done:
-            note("rejection", 0, 1, {})
-            model, tok = policy.load(model_path)
-            rows, figures = coldstart.rejection_rows(
-                model, tok, train, pool, config, reward, logits_processor=grammar
-            )
-            del model
-            if rows:
-                coldstart.sft(
-                    config,
-                    model_path,
-                    rows,
-                    out / "rejection",
-                    epochs=c.rejection_epochs,
-                    callbacks=[_progress("rejection", note)],
+        for r in range(1, c.rejection_rounds + 1):
+            name = "rejection" if r == 1 else f"rejection_{r}"
+            if name not in stages.done:
+                note(name, 0, 1, {})
+                model, tok = policy.load(model_path)
+                rows, figures = coldstart.rejection_rows(
+                    model, tok, train, pool, config, reward, logits_processor=grammar, round_=r
                 )
-            model_path = measured("rejection", out / "rejection" if rows else model_path, figures)
-        else:
-            model_path = out / "rejection" if (out / "rejection").is_dir() else model_path
+                del model
+                if rows:
+                    coldstart.sft(
+                        config,
+                        model_path,
+                        rows,
+                        out / name,
+                        epochs=c.rejection_epochs,
+                        callbacks=[_progress(name, note)],
+                    )
+                measured(name, out / name if rows else model_path, figures, rewards=True)
+            model_path = out / name if (out / name).is_dir() else model_path
     measured("before_grpo", model_path, rewards=True)
     if config.grpo.steps and "grpo" not in stages.done:
         grpo_stage(config, model_path, mix, pool, reward, out, resume=resume, note=note)
@@ -180,7 +181,9 @@ def policy_card(config: LearnerConfig, pool: Pool) -> PolicyCard:
         prompt=d.prompt_style,
         show_domain=d.show_domain,
         max_steps=d.max_steps,  # type: ignore[arg-type]
-        temperature=g.temperature,
+        temperature=g.temperature
+        if config.output.serve_temperature is None
+        else config.output.serve_temperature,
         max_tokens=g.max_completion_tokens,
         trained_by=config.name,
         view=view,

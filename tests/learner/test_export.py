@@ -165,6 +165,11 @@ def test_the_card_goes_beside_the_weights_with_the_bases_fingerprint(base: Path,
     assert card.view == view_fingerprint(pool.cards(pool.subset(None)))
     shuffled = msgspec.structs.replace(config, data=msgspec.structs.replace(config.data, shuffle_view=True))
     assert policy_card(shuffled, pool).view == ""
+    # GRPO explores at 1.0; the card serves the policy at the temperature the run names for serving.
+    hot = msgspec.structs.replace(config, grpo=msgspec.structs.replace(config.grpo, temperature=1.0))
+    assert policy_card(hot, pool).temperature == 1.0
+    cooled = msgspec.structs.replace(hot, output=msgspec.structs.replace(hot.output, serve_temperature=0.5))
+    assert policy_card(cooled, pool).temperature == 0.5
     export_adapter(
         base, _tuned(base, tmp_path / "tuned", rank=2, seed=3), tmp_path / "adapter", rank=2, card=card
     )
