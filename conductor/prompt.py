@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from schemas.learner import PolicyCard
 from schemas.plan import PriorRound, WorkerCard
 from schemas.work import ChatMessage
 
@@ -173,6 +174,31 @@ def view_fingerprint(workers: Sequence[WorkerCard]) -> str:
     a policy trained on one fixed view records it in its card (schemas/learner.py ``PolicyCard.view``)."""
     shown = [[w.index, w.description, w.name] for w in workers]
     return "sha256:" + hashlib.sha256(msgspec.json.encode(shown)).hexdigest()
+
+
+def worker_fingerprint(worker: WorkerCard) -> str:
+    """``sha256:<hex>`` of one worker as the Conductor reads it, whatever its number (description, name when shown):
+    a policy trained on varied views records the workers they were drawn from (``PolicyCard.workers``)."""
+    return "sha256:" + hashlib.sha256(msgspec.json.encode([worker.description, worker.name])).hexdigest()
+
+
+def view_refusal(card: PolicyCard | None, workers: Sequence[WorkerCard]) -> str | None:
+    """Why a policy with ``card`` must not plan for this view of ``workers`` (its fallback does), or None: a policy
+    trained on one fixed view is a pointer into that numbering; one trained on views of a pool knows that pool's
+    workers and no others."""
+    if card is None:
+        return None
+    if card.view and view_fingerprint(workers) != card.view:
+        return f"was trained on one worker view ({card.view[:19]}…) and this request shows another ({len(workers)} workers)"
+    if card.workers:
+        known = set(card.workers)
+        unseen = [w.index for w in workers if worker_fingerprint(w) not in known]
+        if unseen:
+            return (
+                f"was trained on views of {len(known)} workers and this request shows workers it never read about "
+                f"(Model {', '.join(map(str, unseen))})"
+            )
+    return None
 
 
 def render_examples(examples: Sequence[FewShot] = FEW_SHOT) -> str:

@@ -11,7 +11,7 @@ Schema evolution rules (checked by the golden-payload tests in tests/schemas):
 6. Enumerated string values (error codes, outcomes) gain members only.
 """
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """2: ``WorkReply.faults`` (failed tries by ``FaultReason``), ``SolveRequest.progress``; ``WorkRequest.idempotent``
 also landed after the v1 golden payloads.
 3: ``TaskCheckpoint.schema_version`` (stored checkpoints carry their format version, as results do) and its
@@ -33,4 +33,6 @@ stored result, checkpoint and dead letter are keyed ``<tenant>.<task_id>``. No p
 owner`` is ignored (a task's tenant cancels it). A client of schema 8 must move to the tenant's subjects.
 10: rollouts placed by load (issue 18, item 8): ``RolloutItem`` on ``conductor.rollout.work.<run>`` (the work queue
 ``CONDUCTOR_ROLLOUTS``, pulled by executors with free slots) and ``RolloutOutcome`` on ``conductor.rollout.results.
-<run>``; the batch subject ``conductor.rollout`` is unchanged."""
+<run>``; the batch subject ``conductor.rollout`` is unchanged.
+11: ``PolicyCard.workers`` (issue 18, stage 2): a policy trained on varied views names the workers they were drawn
+from, and is served on views of those workers only."""

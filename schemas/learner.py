@@ -91,6 +91,14 @@ class PolicyCard(msgspec.Struct, frozen=True, kw_only=True):
             description="The worker view it was trained on; empty: any view.",
         ),
     ] = ""
+    # Trained on varied views (``view`` empty): the workers those views were drawn from, one fingerprint each
+    # (conductor/prompt.py ``worker_fingerprint``: the worker as the Conductor reads it, without its number). A
+    # planner serves the policy on a view of those workers only — any subset, in any numbering — and plans a view
+    # with a worker it never read about with its fallback baseline. Empty: any worker.
+    workers: Annotated[
+        list[Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]],
+        Meta(description="The workers its training views were drawn from; empty: any."),
+    ] = []
 
 
 class PolicyVersion(msgspec.Struct, frozen=True, kw_only=True):

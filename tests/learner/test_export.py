@@ -144,7 +144,7 @@ def test_the_card_goes_beside_the_weights_with_the_bases_fingerprint(base: Path,
     from transformers import AutoModelForCausalLM
 
     from conductor.policy_versions import adapter_files, fingerprint, read_card
-    from conductor.prompt import view_fingerprint
+    from conductor.prompt import view_fingerprint, worker_fingerprint
     from schemas.learner import PolicyCard
     from services.learner.config import load_config
     from services.learner.pipeline import policy_card
@@ -164,7 +164,10 @@ def test_the_card_goes_beside_the_weights_with_the_bases_fingerprint(base: Path,
     # Trained on the full pool in pool order: the card names that one view (a pointer into its numbering).
     assert card.view == view_fingerprint(pool.cards(pool.subset(None)))
     shuffled = msgspec.structs.replace(config, data=msgspec.structs.replace(config.data, shuffle_view=True))
-    assert policy_card(shuffled, pool).view == ""
+    assert card.workers == []
+    varied = policy_card(shuffled, pool)  # trained on views of the pool: served on views of its workers
+    assert varied.view == "" and len(varied.workers) == len(pool.workers) == len(set(varied.workers))
+    assert varied.workers == sorted(worker_fingerprint(w) for w in pool.cards(pool.workers))
     # GRPO explores at 1.0; the card serves the policy at the temperature the run names for serving.
     hot = msgspec.structs.replace(config, grpo=msgspec.structs.replace(config.grpo, temperature=1.0))
     assert policy_card(hot, pool).temperature == 1.0

