@@ -1,7 +1,9 @@
 """The training report: ``report.png`` (curves) and ``report.html`` (the stages' figures and the curves) of a run.
 
 Read from the run's own files (``metrics.jsonl``, ``stages.json``), so a report can be rebuilt at any time — during a
-run, after a crash, or for an old run — with ``python -m services.learner.report RUN_DIR``.
+run, after a crash, or for an old run — with ``python -m services.learner.report RUN_DIR``. The stage table of a
+recipe that runs as a chain of runs (issue 18: search, views, expert iteration, GRPO), as Markdown:
+``python -m services.learner.report --table RUN_DIR...``.
 """
 
 from __future__ import annotations
@@ -99,5 +101,59 @@ def write_report(run_dir: Path) -> Path:
     return out
 
 
+STAGE_COLUMNS = (
+    "| run | stage | parse rate | held-out correct | $ / rollout | steps | specialist (any step) | shapes |"
+)
+
+
+def stage_table(run_dirs: list[Path]) -> str:
+    """One row per measured stage of each run, in order: the parse rate of the probe prompts and, for a stage with a
+    held-out measurement, its correct share, $ per rollout, steps per workflow, the domain specialist's share of
+    the workflows per domain and the commonest workflow shapes (access patterns)."""
+    lines = [STAGE_COLUMNS, _rule()]
+    for run in run_dirs:
+        stages_file = run / "stages.json"
+        if not stages_file.is_file():
+            raise FileNotFoundError(f"{run}: no stages.json (not a training run's directory)")
+        for name, figures in json.loads(stages_file.read_text()).items():
+            held = figures.get("held_out") or {}
+            if "parse_rate" not in figures and not held:
+                continue  # a bookkeeping entry (the GRPO stage's policy path)
+            share = held.get("specialist_share") or {}
+            shapes = list((held.get("topologies") or {}).items())[:3]
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        run.name,
+                        name,
+                        _num(figures.get("parse_rate"), 2),
+                        _pct(held.get("correct_rate")),
+                        _num(held.get("usd_per_rollout"), 5),
+                        _num(held.get("steps_per_workflow"), 2),
+                        ", ".join(f"{d} {_pct(v.get('any_step'))}" for d, v in sorted(share.items())) or "—",
+                        ", ".join(f"`{shape}` {n}" for shape, n in shapes) or "—",
+                    ]
+                )
+                + " |"
+            )
+    return "\n".join(lines)
+
+
+def _rule() -> str:
+    return "|" + "---|" * (STAGE_COLUMNS.count("|") - 1)
+
+
+def _num(value: Any, places: int) -> str:
+    return "—" if value is None else f"{value:.{places}f}"
+
+
+def _pct(value: Any) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
 if __name__ == "__main__":
-    print(write_report(Path(sys.argv[1])))
+    if sys.argv[1:2] == ["--table"]:
+        print(stage_table([Path(p) for p in sys.argv[2:]]))
+    else:
+        print(write_report(Path(sys.argv[1])))
