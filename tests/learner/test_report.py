@@ -49,7 +49,7 @@ def test_each_measured_stage_of_each_run_is_a_row_in_order(tmp_path: Path) -> No
 
 
 def test_a_directory_without_stages_is_named(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="nothing.*no stages.json"):
+    with pytest.raises(FileNotFoundError, match=r"nothing: no stages\.json"):
         stage_table([tmp_path / "nothing"])
 
 
