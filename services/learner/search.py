@@ -214,11 +214,12 @@ def rows(
 
 
 def figures(picks: Sequence[tuple[Episode, Candidate]], specialists: dict[str, str]) -> dict[str, Any]:
-    """What the search chose: topology histogram, steps per workflow, the specialist's share per domain."""
+    """What the search chose: topology histogram, steps per workflow, the specialist's share per domain (of the rows
+    whose view shows it)."""
     topo = Counter(c.topology for _, c in picks)
     share: dict[str, float] = {}
     for domain, name in specialists.items():
-        mine = [(ep, c) for ep, c in picks if ep.domain == domain]
+        mine = [(ep, c) for ep, c in picks if ep.domain == domain and name in ep.pool]  # views that show it
         if mine:
             share[domain] = sum(name in c.key(ep.pool)[1] for ep, c in mine) / len(mine)
     steps = sum(len(c.ordinals) for _, c in picks) / max(1, len(picks))

@@ -60,11 +60,15 @@ def specialists(pool: Pool) -> dict[str, str]:
 
 
 def routing(scored: list[Scored], experts: dict[str, str]) -> dict[str, Any]:
-    """Per domain, of the parsed workflows: the share naming the domain's specialist at any step and at the first;
-    and the topology histogram (each workflow's access pattern, e.g. ``[] all``)."""
+    """Per domain, of the parsed workflows on views that show the domain's specialist: the share naming it at any
+    step and at the first; and the topology histogram (each workflow's access pattern, e.g. ``[] all``)."""
     share: dict[str, dict[str, float]] = {}
     for domain, name in experts.items():
-        mine = [s.result for s in scored if s.episode.domain == domain and s.result.parsed and s.result.steps]
+        mine = [
+            s.result
+            for s in scored
+            if s.episode.domain == domain and name in s.episode.pool and s.result.parsed and s.result.steps
+        ]
         if mine:
             share[domain] = {
                 "any_step": sum(any(st.worker == name for st in r.steps) for r in mine) / len(mine),

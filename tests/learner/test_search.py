@@ -83,9 +83,15 @@ def test_figures_report_topologies_steps_and_the_specialists_share():
         (_episode("math"), search.Candidate("single", (0,))),
         (_episode("mcq"), search.Candidate("solve_check", (0, 2))),
     ]
+    no_knowledge = Episode(
+        question="q", reference=TextReference(answer="1"), domain="mcq", pool=["sim-frontier", "sim-small"]
+    )
+    picks.append(
+        (no_knowledge, search.Candidate("single", (0,)))
+    )  # not counted: its view lacks the specialist
     fig = search.figures(picks, specialists)
-    assert fig["topologies"] == {"solve_check": 2, "single": 1}
-    assert fig["mean_steps"] == pytest.approx(5 / 3, abs=1e-3)
+    assert fig["topologies"] == {"solve_check": 2, "single": 2}
+    assert fig["mean_steps"] == pytest.approx(6 / 4, abs=1e-3)
     assert fig["specialist_share"] == {"math": 0.5, "mcq": 1.0}
 
 
@@ -142,3 +148,21 @@ def test_with_a_tolerance_the_cheapest_near_best_candidate_wins_whatever_it_cost
     found = [_searched("math", {**two, cheap_near: (3.76, 0.0092, 4)})]  # 94% at $0.0023
     assert search.choose(found, prior=0.0, cost_weight=0.0, tolerance=0.02)[0][1].ordinals == cheap_near
     assert search.choose(found, prior=0.0, cost_weight=0.0, tolerance=0.001)[0][1].ordinals == dear
+
+
+def test_the_held_out_specialist_share_counts_the_views_that_show_the_specialist():
+    from schemas.rollout import RolloutResult
+    from schemas.solve import StepRecord
+    from services.learner.rewards import Scored
+
+    def scored(pool: list[str], worker: str) -> Scored:
+        step = StepRecord(index=0, model_id=pool.index(worker), worker=worker, subtask="Solve it.", access=[])
+        result = RolloutResult(id="r", reward=1.0, parsed=True, steps=[step])
+        ep = Episode(question="q", reference=TextReference(answer="1"), domain="mcq", pool=pool)
+        return Scored(episode=ep, completion="", result=result, reward=1.0, step=0, policy_version="")
+
+    shown = [scored(VIEW, "sim-knowledge"), scored(VIEW, "sim-frontier")]
+    absent = [scored(["sim-frontier", "sim-small"], "sim-frontier")] * 3  # the frontier model is right here
+    figures = telemetry.routing(shown + absent, telemetry.specialists(POOL))
+    assert figures["specialist_share"] == {"mcq": {"any_step": 0.5, "first_step": 0.5}}
+    assert figures["topologies"] == {"[]": 5}
