@@ -295,6 +295,13 @@ class LearnerConfig(_Section):
         """Completions per GRPO step: prompts x generations (the paper: 4 x 64 = 256)."""
         return self.prompts_per_step * self.grpo.generations
 
+    @property
+    def serve_temperature(self) -> float:
+        """The temperature the policy is served at (its card's) and measured at: ``output.serve_temperature``, else
+        the training temperature."""
+        o = self.output.serve_temperature
+        return self.grpo.temperature if o is None else o
+
     def model_dir(self) -> Path:
         return Path(self.model.path) if self.model.path else Path(self.output.dir) / "base-model"
 

@@ -1,7 +1,8 @@
 """Measuring the policy: the parse rate of its completions, and its reward on held-out questions over the rollout path.
 
-Both sample with ``policy.sample`` at the training temperature, on pool views drawn with a fixed seed, so "before"
-and "after" figures of one run see the same questions and views. The held-out reward goes through the same rollout
+Both sample with ``policy.sample`` at the temperature the policy will be served at (``config.serve_temperature``:
+the card's), on pool views drawn with a fixed seed, so "before" and "after" figures of one run see the same
+questions and views, sampled as users will sample them. The held-out reward goes through the same rollout
 subject as training (executor → workers → verifier): what is measured is what would be served.
 """
 
@@ -77,7 +78,15 @@ def parse_rate(
     config: LearnerConfig,
     logits_processor: Any = None,
 ) -> float:
-    eps, texts = generate(model, tokenizer, episodes, pool, config, logits_processor=logits_processor)
+    eps, texts = generate(
+        model,
+        tokenizer,
+        episodes,
+        pool,
+        config,
+        temperature=config.serve_temperature,
+        logits_processor=logits_processor,
+    )
     return sum(parses(t, e, config.data.max_steps) for t, e in zip(texts, eps, strict=True)) / max(
         1, len(eps)
     )
@@ -93,7 +102,15 @@ def held_out_reward(
 ) -> dict[str, Any]:
     """Reward, parse rate and routing on held-out questions: ``data.eval_samples`` completions each, scored over NATS.
     Rewards are the paper's 1/0.5/0 (masked ones left out), without the training-time cost penalty or scale."""
-    eps, texts = generate(model, tokenizer, episodes, pool, config, samples=config.data.eval_samples)
+    eps, texts = generate(
+        model,
+        tokenizer,
+        episodes,
+        pool,
+        config,
+        samples=config.data.eval_samples,
+        temperature=config.serve_temperature,
+    )
     scored = reward.score(eps, texts)
     return {
         **summarize(scored),

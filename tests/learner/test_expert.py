@@ -121,3 +121,21 @@ def test_repeated_draws_need_a_pool_that_draws_afresh():
     with pytest.raises(ConfigError, match="fresh_draws"):
         parse_config(BASE.replace("fresh_draws = true", "fresh_draws = false") + "rejection_draws = 4\n")
     assert msgspec.structs.asdict(parse_config(BASE).cold_start)["rejection_draws"] == 1
+
+
+def test_stages_are_measured_at_the_temperature_the_card_serves(monkeypatch):
+    """GRPO explores at 1.0; a policy served at 0.5 is measured at 0.5 (parse rate and held-out alike)."""
+    seen = []
+
+    def generate(
+        model, tokenizer, episodes, pool, config, *, samples=1, temperature=None, logits_processor=None
+    ):
+        seen.append(temperature)
+        return [], []
+
+    monkeypatch.setattr(evaluate, "generate", generate)
+    hot = parse_config(BASE + "[grpo]\ntemperature = 1.0\n[output]\nserve_temperature = 0.5\n")
+    assert hot.serve_temperature == 0.5 and parse_config(BASE).serve_temperature == 1.0
+    evaluate.parse_rate(None, None, [], POOL, hot)
+    evaluate.held_out_reward(None, None, [], POOL, hot, FakeReward())  # type: ignore[arg-type]
+    assert seen == [0.5, 0.5]
