@@ -70,6 +70,20 @@ def generate(
     return repeated, texts
 
 
+def _as_served(model, tokenizer, episodes, pool, config, *, samples=1, logits_processor=None):
+    """``generate`` at the temperature the policy's card serves it at: what every stage measurement samples."""
+    return generate(
+        model,
+        tokenizer,
+        episodes,
+        pool,
+        config,
+        samples=samples,
+        temperature=config.serve_temperature,
+        logits_processor=logits_processor,
+    )
+
+
 def parse_rate(
     model: Any,
     tokenizer: Any,
@@ -78,15 +92,7 @@ def parse_rate(
     config: LearnerConfig,
     logits_processor: Any = None,
 ) -> float:
-    eps, texts = generate(
-        model,
-        tokenizer,
-        episodes,
-        pool,
-        config,
-        temperature=config.serve_temperature,
-        logits_processor=logits_processor,
-    )
+    eps, texts = _as_served(model, tokenizer, episodes, pool, config, logits_processor=logits_processor)
     return sum(parses(t, e, config.data.max_steps) for t, e in zip(texts, eps, strict=True)) / max(
         1, len(eps)
     )
@@ -102,15 +108,7 @@ def held_out_reward(
 ) -> dict[str, Any]:
     """Reward, parse rate and routing on held-out questions: ``data.eval_samples`` completions each, scored over NATS.
     Rewards are the paper's 1/0.5/0 (masked ones left out), without the training-time cost penalty or scale."""
-    eps, texts = generate(
-        model,
-        tokenizer,
-        episodes,
-        pool,
-        config,
-        samples=config.data.eval_samples,
-        temperature=config.serve_temperature,
-    )
+    eps, texts = _as_served(model, tokenizer, episodes, pool, config, samples=config.data.eval_samples)
     scored = reward.score(eps, texts)
     return {
         **summarize(scored),
