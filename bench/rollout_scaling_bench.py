@@ -16,7 +16,9 @@ flight. The ideal is then replicas x SLOTS / (mean steps x LATENCY_S) rollouts/s
 Two batch sizes, back to back at each replica count: the learner's default (``rollout.batch_size`` 16: 10 requests
 a round) and 2 (80 requests). Placement is the learner's default, ``rollout.placement = "pull"`` (issue 18, item 8):
 each rollout is a work item that a replica fetches only when it has a free slot, so no replica idles while another
-has rollouts waiting. ``--placement queue`` measures the earlier path: the queue group hands each request to a
+has rollouts waiting; and the learner sends a step's rollouts longest first (``rollout.order``, by the worker calls
+each completion's workflow makes), so a round's last slot-holders are short ones. ``--order as_given`` measures the
+order the rollouts came in (1, 2, 3 steps cycling). ``--placement queue`` measures the earlier path: the queue group hands each request to a
 random member whatever its load, a batch that lands on a full replica waits for its slots while another may idle,
 and a round ends when its busiest replica does. Printed per batch size and replica count: the rate, its ratio to
 one replica measured in the same run, its fraction of the ideal, the busiest replica's share of the round's steps
@@ -72,16 +74,19 @@ class Round(msgspec.Struct, kw_only=True):
     cpu_ms_per_rollout: dict[str, float]
 
 
-def in_order_bound(replicas: int, n: int) -> float:
+def in_order_bound(replicas: int, n: int, order: str) -> float:
     """The best ratio to one replica any placement gets when rollouts start in the order they were sent, each as
     soon as a slot anywhere is free (what pulling does): the rounds' makespans under that list schedule. A round
-    ends with its last rollouts, started near its end and up to ``max(STEPS)`` long: the shorter the round, the
-    further this falls below ``replicas``."""
+    ends with its last rollouts, started near its end: up to ``max(STEPS)`` long as given, the shortest when sent
+    longest first. The shorter the round, the further this falls below ``replicas``."""
+    durations = [STEPS[i % len(STEPS)] * LATENCY_S for i in range(n)]
+    if order == "longest_first":
+        durations.sort(reverse=True)
 
     def makespan(slots: int) -> float:
         free = [0.0] * slots
-        for i in range(n):
-            heapq.heapreplace(free, free[0] + STEPS[i % len(STEPS)] * LATENCY_S)
+        for d in durations:
+            heapq.heapreplace(free, free[0] + d)
         return max(free)
 
     return makespan(SLOTS) / makespan(replicas * SLOTS)
@@ -112,10 +117,16 @@ def cpu(fleet: RolloutFleet) -> dict[str, float]:
     }
 
 
-async def measure(fleet: RolloutFleet, batch_size: int, replicas: int, placement: str, n: int) -> Round:
+async def measure(
+    fleet: RolloutFleet, batch_size: int, replicas: int, placement: str, order: str, n: int
+) -> Round:
     """One round: every batch sent at once (the learner's ``concurrency`` covers them all)."""
     section = RolloutSection(
-        placement=placement, batch_size=batch_size, concurrency=-(-n // batch_size), timeout_s=300.0
+        placement=placement,
+        order=order,
+        batch_size=batch_size,
+        concurrency=-(-n // batch_size),
+        timeout_s=300.0,
     )
     rollouts = sim_rollouts(n, steps=STEPS, tag=f"x{replicas}-{batch_size}-")
     steps0, cpu0 = [fleet.steps_done(i) for i in range(replicas)], cpu(fleet)
@@ -134,7 +145,7 @@ async def measure(fleet: RolloutFleet, batch_size: int, replicas: int, placement
         wall_s=round(wall, 1),
         busiest_share=round(max(steps) / sum(steps), 3),
         expected_busiest_share=round(expected_busiest(batch_size, replicas, n), 3),
-        in_order_bound=round(in_order_bound(replicas, n), 2),
+        in_order_bound=round(in_order_bound(replicas, n, order), 2),
         unscored=sum(r.reward is None for r in results),
         cpu_ms_per_rollout={k: round((cpu1[k] - cpu0[k]) * 1e3 / len(results), 2) for k in cpu0},
     )
@@ -149,7 +160,7 @@ def line(r: Round) -> str:
     )
 
 
-async def main(placement: str, n: int, batches: tuple[int, ...]) -> dict[str, object]:
+async def main(placement: str, order: str, n: int, batches: tuple[int, ...]) -> dict[str, object]:
     fleet = RolloutFleet(
         tempdir(),
         latency_s=LATENCY_S,
@@ -165,7 +176,7 @@ async def main(placement: str, n: int, batches: tuple[int, ...]) -> dict[str, ob
                 async with fleet.learner(RolloutSection(placement=placement, batch_size=4)) as client:
                     await client.score(sim_rollouts(WARM_UP, steps=STEPS, tag="warm-"))
             for batch_size in batches:  # both sizes back to back, under the same load
-                rounds.append(await measure(fleet, batch_size, replicas, placement, n))
+                rounds.append(await measure(fleet, batch_size, replicas, placement, order, n))
                 print(
                     f"measured: batch {batch_size}, {replicas} executor(s), {rounds[-1].wall_s} s", flush=True
                 )
@@ -176,7 +187,7 @@ async def main(placement: str, n: int, batches: tuple[int, ...]) -> dict[str, ob
         r.ratio_vs_1 = round(r.rollouts_per_s / base[r.batch_size], 2)
     print(
         f"{n} rollouts a round of {'/'.join(map(str, STEPS))} chained {LATENCY_S:g} s worker calls, placement "
-        f"{placement}; {BOUND}"
+        f"{placement}, sent {order.replace('_', ' ')}; {BOUND}"
     )
     print(
         "(random): the mean under random placement of the same requests; vs 1 replica (random) = 1 / that share; "
@@ -192,6 +203,7 @@ async def main(placement: str, n: int, batches: tuple[int, ...]) -> dict[str, ob
     out: dict[str, object] = {
         "bench": "rollout_scaling",
         "placement": placement,
+        "order": order,
         "worker_latency_s": LATENCY_S,
         "steps": list(STEPS),
         "rollouts": n,
@@ -222,10 +234,18 @@ if __name__ == "__main__":
         help="how rollouts reach the executors (rollout.placement; default: the learner's)",
     )
     parser.add_argument(
+        "--order",
+        choices=("longest_first", "as_given"),
+        default=RolloutSection().order,
+        help="the order a round's rollouts are sent in (rollout.order; default: the learner's)",
+    )
+    parser.add_argument(
         "--rollouts", type=int, default=ROLLOUTS, help=f"rollouts a round (default {ROLLOUTS})"
     )
     parser.add_argument(
         "--batch", type=int, action="append", help=f"a batch size to measure (default {BATCHES})"
     )
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.placement, args.rollouts, tuple(args.batch or BATCHES)))))
+    print(
+        json.dumps(asyncio.run(main(args.placement, args.order, args.rollouts, tuple(args.batch or BATCHES))))
+    )

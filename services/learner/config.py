@@ -226,6 +226,9 @@ class RolloutSection(_Section):
     that the queue group hands to a random replica, whatever its load."""
 
     placement: Literal["pull", "queue"] = "pull"
+    # The order a step's rollouts are sent in: ``longest_first`` by the worker calls each completion's workflow
+    # makes (a step ends when its last rollout does: long ones started last are its tail), or ``as_given``.
+    order: Literal["longest_first", "as_given"] = "longest_first"
     batch_size: Annotated[int, Meta(ge=1, le=256)] = 16  # rollouts per request (pulled: awaited together)
     concurrency: Positive = 16  # requests in flight
     timeout_s: PositiveFloat = 300.0

@@ -23,6 +23,7 @@ from nats.aio.client import Client
 
 from conductor.endpoints import Requester
 from conductor.liveness import CallPolicy
+from conductor.workflow import MAX_STEPS, WorkflowFormatError, parse_completion
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.rollout import ROLLOUT, Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
 from services.learner.config import RolloutSection
@@ -74,6 +75,29 @@ def split(rollouts: Sequence[Rollout], size: int) -> list[list[Rollout]]:
     return [list(rollouts[i : i + size]) for i in range(0, len(rollouts), size)]
 
 
+def expected_calls(rollout: Rollout) -> int:
+    """Worker calls the rollout's workflow will make, read from its completion: what its time on an executor slot
+    grows with (0 for a completion that does not parse, or a recursion round handing its answer back)."""
+    try:
+        parsed = parse_completion(
+            rollout.completion,
+            n_workers=len(rollout.pool),
+            max_steps=rollout.max_steps or MAX_STEPS,
+            allow_empty=rollout.round > 0,
+        )
+    except WorkflowFormatError:
+        return 0
+    return len(parsed.workflow)
+
+
+def longest_first(rollouts: Sequence[Rollout]) -> list[int]:
+    """Indices of ``rollouts`` by expected calls, most first (ties keep their order): sent in this order, a pulled
+    step's long workflows start first and its last slot-holders are short ones, so the step ends sooner (the
+    longest-processing-time rule; bench/rollout_scaling_bench.py measures it against ``as_given``)."""
+    calls = [expected_calls(r) for r in rollouts]
+    return sorted(range(len(rollouts)), key=lambda i: -calls[i])
+
+
 class RolloutClient:
     def __init__(self, transport: Transport, settings: RolloutSection) -> None:
         self._send = transport
@@ -84,9 +108,14 @@ class RolloutClient:
         """Every rollout's result, in order; raises ``RolloutError`` when a batch cannot be scored."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._settings.concurrency)
-        batches = split(rollouts, self._settings.batch_size)
+        if self._settings.order == "longest_first":
+            order = longest_first(rollouts)
+        else:
+            order = list(range(len(rollouts)))
+        batches = split([rollouts[i] for i in order], self._settings.batch_size)
         replies = await asyncio.gather(*(self._batch(b) for b in batches))
-        return [r for reply in replies for r in reply]
+        by_index = dict(zip(order, (r for reply in replies for r in reply), strict=True))
+        return [by_index[i] for i in range(len(rollouts))]
 
     async def _batch(self, rollouts: list[Rollout]) -> list[RolloutResult]:
         batch = RolloutBatch(rollouts=rollouts)

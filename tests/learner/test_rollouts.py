@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import msgspec
 import nats
 import pytest
 
@@ -16,7 +17,13 @@ from schemas.rollout import ROLLOUT, Rollout, RolloutBatch, RolloutBatchResult, 
 from schemas.tasks import Names
 from schemas.verify import TextReference
 from services.learner.config import RolloutSection
-from services.learner.rollouts import RolloutClient, RolloutError, nats_transport, rollout_transport
+from services.learner.rollouts import (
+    RolloutClient,
+    RolloutError,
+    expected_calls,
+    nats_transport,
+    rollout_transport,
+)
 from tasks import sim
 
 COMPLETION = 'Easy.\nmodel_id = [0]\nsubtasks = ["Solve it."]\naccess_list = [[]]'
@@ -66,6 +73,33 @@ async def test_a_group_fans_out_in_concurrent_batches_and_keeps_order() -> None:
     assert transport.sizes == [4, 4, 2]
     assert transport.peak == 3
     assert [r.id for r in results] == [f"r{i}" for i in range(10)]
+
+
+def chain(n: int) -> str:
+    """A completion whose workflow makes ``n`` worker calls."""
+    return f"model_id = {[0] * n}\nsubtasks = {['Solve it.'] * n}\naccess_list = {[[]] * n}"
+
+
+async def test_a_step_is_sent_longest_first_and_answered_in_its_own_order() -> None:
+    calls = [1, 0, 3, 2, 3, 1, 0, 2]
+    group = [
+        msgspec.structs.replace(r, completion=chain(n) if n else "no lists here")
+        for r, n in zip(rollouts(len(calls)), calls, strict=True)
+    ]
+    assert [expected_calls(r) for r in group] == calls
+    sent: list[str] = []
+
+    class Logger(Recorder):
+        async def __call__(self, batch: RolloutBatch, timeout: float) -> RolloutBatchResult:
+            sent.extend(r.id for r in batch.rollouts)
+            return await super().__call__(batch, timeout)
+
+    results = await RolloutClient(Logger(), RolloutSection(batch_size=3)).score(group)
+    assert sent == ["r2", "r4", "r3", "r7", "r0", "r5", "r1", "r6"]  # 3, 3, 2, 2, 1, 1, 0, 0: ties keep order
+    assert [r.id for r in results] == [f"r{i}" for i in range(len(calls))]
+    sent.clear()
+    await RolloutClient(Logger(), RolloutSection(batch_size=3, order="as_given")).score(group)
+    assert sent == [f"r{i}" for i in range(len(calls))]
 
 
 async def test_a_slow_executor_is_a_typed_timeout() -> None:
