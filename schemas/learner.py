@@ -99,6 +99,15 @@ class PolicyCard(msgspec.Struct, frozen=True, kw_only=True):
         list[Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]],
         Meta(description="The workers its training views were drawn from; empty: any."),
     ] = []
+    # How its training questions were worded: ``harness``, each carrying its family's answer-format instruction, as
+    # every task registry entry presents them (tasks/formats.py) — a planner shows a request's question so too when
+    # it asks for no answer marker; ``as_asked``, as the user wrote it.
+    questions: Annotated[
+        Literal["harness", "as_asked"],
+        Meta(
+            description="How its training questions were worded: with their answer-format instruction, or not."
+        ),
+    ] = "harness"
 
 
 class PolicyVersion(msgspec.Struct, frozen=True, kw_only=True):

@@ -45,6 +45,18 @@ def instruction(problem: Problem) -> str | None:
             return GENERAL_FORMAT
 
 
+def as_presented(question: str, domain: str | None) -> str:
+    """A question as the registry presents its family's questions: with the harness instruction when it asks for no
+    marker (math, multiple choice, the ``general`` family). What a policy trained on registry questions was shown, so
+    the planner shows a user's question so too (its card's ``questions = "harness"``). A code question is left as
+    asked: its instruction depends on a test harness the question does not name."""
+    family = family_of(domain)
+    if family is None or family == "code" or carries_format(family, question):
+        return question
+    text = {"math": MATH_FORMAT, "mcq": MCQ_FORMAT}.get(family, GENERAL_FORMAT)
+    return f"{question.rstrip()}\n\n{text}"
+
+
 def with_format(problem: Problem) -> Problem:
     """``problem`` with its harness instruction: after the question, or (code completion) before the fenced prompt."""
     text = instruction(problem)

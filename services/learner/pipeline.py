@@ -189,6 +189,7 @@ def policy_card(config: LearnerConfig, pool: Pool) -> PolicyCard:
         trained_by=config.name,
         view=view,
         workers=seen,
+        questions="harness",  # tasks/registry.py ``load``: every entry's questions carry their format instruction
     )
 
 

@@ -201,6 +201,9 @@ class Serving:
     temperature: float
     max_tokens: int
     show_domain: bool = True
+    # Show a question without an answer-format instruction with its family's (the card's ``questions``): a policy
+    # trained on registry questions has only seen them so. Weights without a card see the question as asked.
+    harness_questions: bool = False
 
 
 def serving(settings: PlannerSettings, card: PolicyCard | None) -> Serving:
@@ -228,7 +231,13 @@ def serving(settings: PlannerSettings, card: PolicyCard | None) -> Serving:
             f"{'; '.join(clashes)} (trained by {card.trained_by or 'an unnamed run'}); unset the "
             "variable to serve the card's value"
         )
-    return Serving(card.prompt, card.temperature, card.max_tokens, card.show_domain)
+    return Serving(
+        card.prompt,
+        card.temperature,
+        card.max_tokens,
+        card.show_domain,
+        harness_questions=card.questions == "harness",
+    )
 
 
 def adapter_card(settings: PlannerSettings) -> PolicyCard | None:

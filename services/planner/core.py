@@ -35,6 +35,7 @@ from services.planner.baselines import BaselineError, BaselineSpec, handback, pa
 from services.planner.config import PlannerSettings, serving
 from services.planner.policies.worker import WORKER_PREFIX
 from services.planner.policy import Policy, PolicyError, PromptTooLong
+from tasks.formats import as_presented
 
 log = structlog.get_logger("conductor.planner")
 
@@ -143,8 +144,12 @@ class Planner:
             info = ErrorInfo(code=ErrorCode.PLANNER_ERROR, message=message, retryable=False)
             return self._fallback(req, PlanReply(policy=policy.name, error=info), backend=True)
         serve = serving(self.settings, card)
+        # A policy trained on registry questions saw each with its answer-format instruction: a user's question
+        # without one is shown so too (without it, the shipped policy wrote unusable workflows for 7 of the demo's
+        # 20 questions; with it, none).
+        question = as_presented(req.question, req.domain) if serve.harness_questions else req.question
         messages = policy_messages(
-            req.question,
+            question,
             req.workers,
             req.previous,
             max_steps=req.max_steps,

@@ -33,7 +33,9 @@ def _adapter(tmp_path: Path, card: PolicyCard | None = CARD) -> Path:
 
 
 def test_the_card_is_served_when_nothing_is_set():
-    assert serving(PlannerSettings.from_env({}), CARD) == Serving("task", 0.5, 192, show_domain=False)
+    assert serving(PlannerSettings.from_env({}), CARD) == Serving(
+        "task", 0.5, 192, show_domain=False, harness_questions=True
+    )
 
 
 def test_a_setting_equal_to_the_card_is_fine():
@@ -101,6 +103,32 @@ async def test_the_planner_samples_as_the_card_says():
     policy.card = msgspec.structs.replace(CARD, show_domain=True, temperature=0.9)
     await planner.plan(req)
     assert policy.calls[-1][1] == 0.9 and "Answer type: math" in policy.calls[-1][0]
+
+
+async def test_a_question_is_shown_as_the_policy_was_trained_on_it():
+    """Registry questions carry their answer-format instruction; a card saying so (``harness``, the default) has the
+    planner add it to a user's question that asks for no marker — the demo's questions were planned unusably 7
+    times in 20 without it — and leave a question that asks for one, a code question and a card saying
+    ``as_asked`` alone."""
+    policy = _Recording(CARD)
+    planner = Planner(PlannerSettings.from_env({"CONDUCTOR_POLICY": "local:x"}), policy)
+    cards = [WorkerCard(index=0, description="d")]
+
+    async def shown(question: str, domain: str | None) -> str:
+        reply = await planner.plan(PlanRequest(task_id="t", question=question, workers=cards, domain=domain))
+        assert reply.error is None, reply
+        return policy.calls[-1][0].split("\n\nModels available")[0].removeprefix("Question:\n")
+
+    boxed = "What is 2+2?\n\nReason step by step, then put your final answer within \\boxed{}."
+    assert await shown("What is 2+2?", "math") == boxed
+    assert await shown(boxed, "math") == boxed
+    assert (await shown("Which is a noble gas?\nA) Ne\nB) Na", "mcq")).endswith(
+        "'Answer: X' where X is one of A, B, C, D."
+    )
+    assert await shown("Write a function f.", "code") == "Write a function f."
+    assert await shown("What is 2+2?", None) == "What is 2+2?"
+    policy.card = msgspec.structs.replace(CARD, questions="as_asked")
+    assert await shown("What is 2+2?", "math") == "What is 2+2?"
 
 
 async def test_a_version_whose_card_contradicts_the_settings_is_refused():

@@ -349,6 +349,21 @@ PAYLOADS: dict[str, object] = {
             workers=["sha256:" + "a" * 64, "sha256:" + "b" * 64],
         ),
     ),
+    "policy_version_v12": PolicyVersion(
+        version="my-run@20",
+        run="my-run",
+        step=20,
+        object="my-run/20",
+        base="sha256:" + "5" * 64,
+        base_name="my-base",
+        sha256="8" * 64,
+        size=1048576,
+        created=1795800000.0,
+        rank=16,
+        card=PolicyCard(
+            prompt="examples", temperature=0.7, max_tokens=1024, trained_by="my-run", questions="as_asked"
+        ),
+    ),
     "dead_letter_v1": DeadLetter(
         task_id="t-1",
         request=SOLVE_REQ,
