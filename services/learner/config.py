@@ -172,6 +172,9 @@ class ColdStartSection(_Section):
     # > 0: each question's row is the cheapest candidate whose value is within this much reward of the best one's
     # (services/learner/search.py choose): accuracy first, then price, on views whose only strong worker is dear.
     search_tolerance: Annotated[float, Meta(ge=0, le=0.5)] = 0.0
+    # What a row's candidate is chosen on (search.py ``choose``): ``question``, its shrunk mean on that question;
+    # ``view``, its domain mean alone, so one domain on one view gets one label whatever each question's draws said.
+    search_choice: Literal["question", "view"] = "question"
     # The rows' reasoning: "Model 1 (the model tuned for ...) fits it best" (``ordinal_first``, the fixed-view
     # recipe) or "The model tuned for ... is Model 1" (``fit_first``: the worker's description is written before
     # its number, so on a view that numbers workers differently the number is read off the prompt, not recalled).

@@ -203,7 +203,11 @@ def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str
     started = time.perf_counter()
     found = search.search(train, pool, config, reward, seed=config.model.seed)
     picks = search.choose(
-        found, prior=c.search_prior, cost_weight=c.search_cost_weight, tolerance=c.search_tolerance
+        found,
+        prior=c.search_prior,
+        cost_weight=c.search_cost_weight,
+        tolerance=c.search_tolerance,
+        by=c.search_choice,
     )
     rows = search.rows(picks, pool, config)
     figures = {

@@ -150,6 +150,22 @@ def test_with_a_tolerance_the_cheapest_near_best_candidate_wins_whatever_it_cost
     assert search.choose(found, prior=0.0, cost_weight=0.0, tolerance=0.001)[0][1].ordinals == dear
 
 
+def test_chosen_by_view_one_domain_on_one_view_gets_one_label_whatever_its_draws():
+    """Per question, a tolerance turns each question's luck into a cheap label; by view, the domain means decide."""
+    three, two = (0, 0, 0), (0, 0)  # the frontier model solving and checking twice; checking once
+    found = [
+        _searched("math", {three: (7.0, 0.054, 8), two: (6.0, 0.032, 8)}),  # 88% vs 75% on this question ...
+        _searched("math", {three: (6.5, 0.054, 8), two: (6.5, 0.032, 8)}),  # ... 81% each on this one
+        _searched("math", {three: (7.0, 0.054, 8), two: (6.0, 0.032, 8)}),
+    ]
+    per_question = search.choose(found, prior=0.0, cost_weight=0.0, tolerance=0.02)
+    assert [c.ordinals for _, c in per_question] == [three, two, three]
+    by_view = search.choose(found, prior=0.0, cost_weight=0.0, tolerance=0.02, by="view")
+    assert [c.ordinals for _, c in by_view] == [three, three, three]
+    with pytest.raises(ValueError, match="by 'pool'"):
+        search.choose(found, prior=0.0, cost_weight=0.0, by="pool")
+
+
 def test_the_held_out_specialist_share_counts_the_views_that_show_the_specialist():
     from schemas.rollout import RolloutResult
     from schemas.solve import StepRecord
