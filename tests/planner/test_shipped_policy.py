@@ -26,6 +26,7 @@ VIEWS = "smollm2-views"
         (SHIPPED, "CONDUCTOR_POLICY_PROMPT=task"),
         (ROUTE, "CONDUCTOR_POLICY_ADAPTER=smollm2-route"),
         (VIEWS, "CONDUCTOR_POLICY_ADAPTER=smollm2-views"),
+        ("smollm2-views2", "CONDUCTOR_POLICY_ADAPTER=smollm2-views2"),
     ],
 )
 def test_the_shipped_adapter_is_small_and_says_how_it_was_made(shipped: str, serve: str) -> None:
