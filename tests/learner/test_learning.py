@@ -84,10 +84,13 @@ def test_grpo_over_nats_raises_held_out_reward(tmp_path: Path, nats_url: str, su
 
 ROUTE_PRESET = Path(__file__).parents[2] / "services" / "learner" / "presets" / "tiny-route.toml"
 MIN_ROUTE_PARSE = 0.85  # measured 1.00 on seeds 0, 1, 2
-MIN_SPECIALIST_FIRST = 0.8  # measured 1.00 in both domains on seeds 0, 1, 2
-MAX_CHANCE = (
-    0.2  # five workers: a policy that did not learn the routing names the specialist first 1 time in 5
-)
+# The domain's specialist in the workflow (issue 18's measure): 1.00 in both domains on seeds 0, 1, 2 and in a CI run
+# that drew other rows. The specialist *first* was asserted until that CI run (2026-11-26): its search let a cheap
+# worker solve multiple-choice questions and the knowledge model check them (first step 0.06, in the workflow 1.00,
+# 93.8% correct). The sim's draws are seeded by each rollout's random task id, so a run is not reproducible from the
+# seed, and with 2 draws a candidate and the cost term (60 x $) that pair and the specialist twice are near-equal.
+MIN_SPECIALIST_IN = 0.8
+MAX_CHANCE = 0.49  # five workers: at most 3 steps of random workers name a given one 1 - (4/5)^3 of the time
 
 
 def test_the_search_cold_start_teaches_routing_by_domain(
@@ -131,4 +134,4 @@ def test_the_search_cold_start_teaches_routing_by_domain(
     assert held["parse_rate"] >= MIN_ROUTE_PARSE
     assert set(share) == {"math", "mcq"}
     for domain, got in share.items():
-        assert got["first_step"] >= MIN_SPECIALIST_FIRST > MAX_CHANCE, (domain, got)
+        assert got["any_step"] >= MIN_SPECIALIST_IN > MAX_CHANCE, (domain, got)
