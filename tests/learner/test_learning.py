@@ -98,8 +98,8 @@ def test_the_search_cold_start_teaches_routing_by_domain(
 ) -> None:
     """Issue 18, item 9: the tiny model, cold-started by the search (services/learner/search.py) on the full sim
     pool in pool order, routes each domain to its specialist on held-out questions — the specialist's share of
-    first steps rises from chance (1 in 5; the base model writes nothing parseable) to nearly every workflow, and
-    it is a different worker per domain.
+    workflows rises from chance (at most 49%; the base model writes nothing parseable) to nearly every one, and it
+    is a different worker per domain.
 
     Measured on this 2-core machine (2026-11-25, beside a SmolLM2 run: 8.5-10 min a run, the search 62 s of it),
     192 searched questions -> 192 rows, 10 epochs of SFT; held-out 32 questions x 2:
