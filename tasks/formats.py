@@ -25,24 +25,24 @@ CODE_COMPLETE_FORMAT = "Please provide a self-contained Python script that solve
 GENERAL_FORMAT = DEFAULT_FORMATS["general"].final
 
 
+_WRITTEN = {"math": MATH_FORMAT, "mcq": MCQ_FORMAT, "general": GENERAL_FORMAT}
+"""The instruction of each family whose answer is written, not run: one wording whatever the reference."""
+
+
 def instruction(problem: Problem) -> str | None:
     """The harness instruction for ``problem``'s family; None when its question already asks for the marker."""
     family = family_of(problem.domain)
     if family is None or carries_format(family, problem.question):
         return None
-    match family, problem.reference:
-        case "math", _:
-            return MATH_FORMAT
-        case "mcq", _:
-            return MCQ_FORMAT
-        case "code", StdioTestsReference():
+    if family != "code":
+        return _WRITTEN[family]
+    match problem.reference:
+        case StdioTestsReference():
             return STDIN_FORMAT
-        case "code", FunctionalTestsReference():
+        case FunctionalTestsReference():
             return FUNCTIONAL_FORMAT
-        case "code", _:
-            return CODE_COMPLETE_FORMAT
         case _:
-            return GENERAL_FORMAT
+            return CODE_COMPLETE_FORMAT
 
 
 def as_presented(question: str, domain: str | None) -> str:
@@ -51,10 +51,9 @@ def as_presented(question: str, domain: str | None) -> str:
     the planner shows a user's question so too (its card's ``questions = "harness"``). A code question is left as
     asked: its instruction depends on a test harness the question does not name."""
     family = family_of(domain)
-    if family is None or family == "code" or carries_format(family, question):
+    if family not in _WRITTEN or carries_format(family, question):
         return question
-    text = {"math": MATH_FORMAT, "mcq": MCQ_FORMAT}.get(family, GENERAL_FORMAT)
-    return f"{question.rstrip()}\n\n{text}"
+    return f"{question.rstrip()}\n\n{_WRITTEN[family]}"
 
 
 def with_format(problem: Problem) -> Problem:
