@@ -7,12 +7,13 @@ nothing of the policy's was judged (a fallback wrote the workflow because the po
 infrastructure fault (a worker failing after its retries, the budget, a deadline, the verifier) stopped the workflow
 or its verification: a masked sample teaches the policy nothing instead of a wrong zero. ``policy_parsed`` says
 from a task's rounds whether the policy's own completions parsed. ``shape`` applies what the learner adds: the
-optional cost penalty (our addition, off by default) and a recursion round's scale (docs/method.md §5). Each
+optional cost penalty (our addition, off by default; linear or relative, ``COST_FORMS``) and a recursion round's scale (docs/method.md §5). Each
 returns the reward with its reason, for logs and reports.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,16 +73,43 @@ def policy_parsed(rounds: Sequence[RoundRecord]) -> bool | None:
     return judged
 
 
+COST_FORMS = ("linear", "log")
+"""How $ enters a shaped reward: ``linear`` (weight x $) or ``log`` (weight x ln($ / floor), the floor the price of a
+call too cheap to tell apart from free). A linear term prices a dollar the same on every pool; on the sim pool no
+weight then prefers both a specialist checking once on the full pool (its third call: +0.0115 reward for
++$0.00028, worth it below 41/$) and the frontier model checking twice on a pool without a specialist (+0.0225 for
++$0.0024, worth it below 9.4/$). A log term prices spend relative to what the view already costs: weights between
+0.021 and 0.032 prefer both (README, issue 18)."""
+
+
+def cost_term(cost_usd: float, weight: float, form: str = "linear", floor_usd: float = 1e-5) -> float:
+    """What ``shape`` subtracts for ``cost_usd`` spent (``COST_FORMS``)."""
+    if form == "linear":
+        return weight * cost_usd
+    if form == "log":
+        return weight * math.log(max(cost_usd, floor_usd) / floor_usd)
+    raise ValueError(f"cost form {form!r}: expected one of {', '.join(COST_FORMS)}")
+
+
 def shape(
-    value: float | None, *, cost_usd: float = 0.0, cost_weight: float = 0.0, scale: float = 1.0
+    value: float | None,
+    *,
+    cost_usd: float = 0.0,
+    cost_weight: float = 0.0,
+    cost_form: str = "linear",
+    cost_floor_usd: float = 1e-5,
+    scale: float = 1.0,
 ) -> Reward:
-    """The learner's reward from a judged one: minus ``cost_weight`` x $ spent, times the round's ``scale``; a
-    masked reward stays masked (never turned into a number here)."""
+    """The learner's reward from a judged one: minus the cost term (``cost_term``: ``cost_weight`` x $, or x ln($ /
+    ``cost_floor_usd``)), times the round's ``scale``; a masked reward stays masked (never turned into a number
+    here)."""
     if value is None:
         return Reward(None, "masked")
-    shaped = scale * (value - cost_weight * cost_usd)
+    shaped = scale * (value - cost_term(cost_usd, cost_weight, cost_form, cost_floor_usd))
     parts = [f"{value:g}"]
-    if cost_weight:
+    if cost_weight and cost_form == "log":
+        parts.append(f"- {cost_weight:g} x ln({usd(cost_usd)} / {usd(cost_floor_usd)})")
+    elif cost_weight:
         parts.append(f"- {cost_weight:g} x {usd(cost_usd)}")
     if scale != 1.0:
         parts = [f"{scale:g} x ({' '.join(parts)})"]

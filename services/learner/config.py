@@ -204,8 +204,14 @@ class GrpoSection(_Section):
     scale_rewards: Literal["group", "batch", "none"] = "batch"
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
     cost_weight: Annotated[float, Meta(ge=0)] = (
-        0.0  # reward -= cost_weight * $ of the rollout; off by default
+        0.0  # reward -= cost_weight * $ of the rollout (or * ln($ / cost_floor_usd)); off by default
     )
+    cost_form: Literal["linear", "log"] = "linear"  # conductor/reward.py COST_FORMS: why "log" exists
+    cost_floor_usd: PositiveFloat = 1e-5  # "log": spend below this counts as this
+    # Fresh draws each completion is scored on; its reward is their mean (masked draws left out). One draw's
+    # outcome is mostly the workers' luck: a group's spread then says little about the policy's choices, which is
+    # what GRPO compares. Needs ``data.fresh_draws``. Sim rollouts cost milliseconds; a real pool's cost k times.
+    draws: Positive = 1
     max_masked_fraction: Fraction = 0.5  # more masked rewards in one step than this: a verifier storm, stop
     save_steps: Positive = 25
     logging_steps: Positive = 1
@@ -390,6 +396,10 @@ def check(config: LearnerConfig) -> None:
         # Re-scoring a completion on a pool that does not vary per rollout returns the same draw K times.
         raise ConfigError(
             "cold_start.search and cold_start.rejection_draws > 1 score repeated draws: set data.fresh_draws = true"
+        )
+    if config.grpo.draws > 1 and not d.fresh_draws:
+        raise ConfigError(
+            "grpo.draws > 1 scores each completion on repeated draws: set data.fresh_draws = true"
         )
 
 

@@ -87,9 +87,10 @@ class ConductorReward:
     ) -> list[float | None]:
         step = int(getattr(trainer_state, "global_step", 0) or 0)
         started = time.perf_counter()
-        scored = self.score(
-            [from_column(e) for e in episode], [completion_text(c) for c in completions], step
-        )
+        k = self._config.grpo.draws
+        eps, texts = [from_column(e) for e in episode], [completion_text(c) for c in completions]
+        draws = self.score([e for e in eps for _ in range(k)], [t for t in texts for _ in range(k)], step)
+        scored = [averaged(draws[i : i + k]) for i in range(0, len(draws), k)]
         ended = time.perf_counter()
         for observe in self._observers:
             observe(scored, started, ended)
@@ -106,7 +107,7 @@ class ConductorReward:
             for i, (ep, text) in enumerate(zip(episodes, texts, strict=True))
         ]
         results = self._score(rollouts)
-        weight = self._config.grpo.cost_weight
+        g = self._config.grpo
         return [
             Scored(
                 episode=ep,
@@ -114,7 +115,14 @@ class ConductorReward:
                 result=r,
                 step=step,
                 policy_version=version,
-                reward=shape(r.reward, cost_usd=r.usage.cost_usd, cost_weight=weight, scale=ep.scale).value,
+                reward=shape(
+                    r.reward,
+                    cost_usd=r.usage.cost_usd,
+                    cost_weight=g.cost_weight,
+                    cost_form=g.cost_form,
+                    cost_floor_usd=g.cost_floor_usd,
+                    scale=ep.scale,
+                ).value,
             )
             for ep, t, r in zip(episodes, texts, results, strict=True)
         ]
@@ -135,6 +143,17 @@ class ConductorReward:
             cache=ro.cache,
             policy_version=version,
         )
+
+
+def averaged(draws: Sequence[Scored]) -> Scored:
+    """One completion's draws as one sample (config ``grpo.draws``): the mean of its shaped rewards, masked draws
+    left out (masked when every draw is); its result is the first scored draw's, which observers (the rollout log,
+    recursion hand-offs) see with the mean reward."""
+    if len(draws) == 1:
+        return draws[0]
+    kept = [d.reward for d in draws if d.reward is not None]
+    first = next((d for d in draws if d.reward is not None), draws[0])
+    return msgspec.structs.replace(first, reward=sum(kept) / len(kept) if kept else None)
 
 
 def _check_storm(rewards: list[float | None], limit: float) -> None:

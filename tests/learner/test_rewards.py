@@ -11,7 +11,7 @@ from conductor.reward import shape
 from schemas.rollout import Rollout, RolloutResult
 from schemas.usage import Usage
 from schemas.verify import TextReference
-from services.learner.config import parse_config
+from services.learner.config import ConfigError, parse_config
 from services.learner.episodes import Episode
 from services.learner.rewards import ConductorReward, MaskedStormError
 
@@ -62,6 +62,31 @@ def test_rollouts_carry_the_episode_and_conversational_completions_are_unwrapped
     )
     assert seen[0].completion == "text"
     assert seen[0].pool == ["a", "b"] and seen[0].reference == EP.reference and seen[0].max_steps == 5
+
+
+def test_a_completion_scored_on_several_draws_gets_their_mean() -> None:
+    config = parse_config(
+        '[model]\nsource = "tiny"\n[data]\nfresh_draws = true\n[grpo]\ndraws = 3\ncost_weight = 0.1\n'
+        'cost_form = "log"\ncost_floor_usd = 0.5\n'
+    )
+    seen: list[Rollout] = []
+    script = scripted([1.0, 0.5, None, None, None, None])  # three draws of each of two completions
+
+    def score(rollouts: list[Rollout]) -> list[RolloutResult]:
+        seen.extend(rollouts)
+        return script(rollouts)
+
+    out = ConductorReward(score, config)(prompts=[None] * 2, completions=["a", "b"], episode=[column(EP)] * 2)
+    assert out == [
+        0.75,
+        None,
+    ]  # the masked draw left out; every draw masked: masked ($0.5 at the floor: free)
+    assert [r.completion for r in seen] == ["a"] * 3 + ["b"] * 3 and len({r.id for r in seen}) == 6
+
+
+def test_several_draws_need_a_pool_that_varies_per_rollout() -> None:
+    with pytest.raises(ConfigError, match=r"grpo\.draws > 1"):
+        parse_config('[model]\nsource = "tiny"\n[grpo]\ndraws = 4\n')
 
 
 def test_a_verifier_storm_stops_the_step() -> None:
