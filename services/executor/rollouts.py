@@ -12,7 +12,6 @@ slots, and a rollout that fails for any other reason is still a result, with ``r
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable
 
 import msgspec
@@ -107,8 +106,11 @@ def _recursion_error(r: Rollout, settings: ExecutorSettings) -> ErrorInfo | None
 
 
 async def score(executor: Executor, r: Rollout) -> RolloutResult:
-    """One rollout through the shared solve path (``Executor.execute``), its workflow from the completion."""
-    state = TaskState(f"rollout-{uuid.uuid4().hex}", as_request(r), previous=r.previous)
+    """One rollout through the shared solve path (``Executor.execute``), its workflow from the completion. Its task
+    id is the learner's rollout id: a pool that draws afresh per task (``vary_by_task``) then draws the same for the
+    same rollout in every run, so a run is reproducible from its seeds (the learner's ids are unique within a run,
+    and a rollout is never a durable task, whose id would key the worker-call ledger)."""
+    state = TaskState(f"rollout-{r.id}", as_request(r), previous=r.previous)
     with structlog.contextvars.bound_contextvars(rollout_id=r.id):
         result = await executor.execute(state, GivenCompletion(r.completion), first_round=r.round)
     return as_result(r, result)

@@ -95,6 +95,14 @@ async def test_correct_scores_one_wrong_scores_half_with_verdict_steps_usage_and
     assert all(w.task_id.startswith("rollout-") and not w.idempotent for w in t.work_requests)
 
 
+async def test_a_rollouts_worker_calls_are_keyed_by_its_id_so_a_rerun_draws_the_same():
+    """A sim pool with ``vary_by_task`` seeds each draw with the task id: the rollout's own id, not a random one."""
+    _, first = await score(rollout(id="run@3/0/5"), rollout(id="run@3/0/6"))
+    _, again = await score(rollout(id="run@3/0/5"))
+    assert {w.task_id for w in first.work_requests} == {"rollout-run@3/0/5", "rollout-run@3/0/6"}
+    assert [w.task_id for w in again.work_requests] == ["rollout-run@3/0/5"]
+
+
 async def test_the_pool_view_renumbers_the_workers():
     """Ordinal 0 runs pool[0] even when that is the deployment's last worker."""
     res, t = await score(

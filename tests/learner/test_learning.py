@@ -87,8 +87,9 @@ MIN_ROUTE_PARSE = 0.85  # measured 1.00 on seeds 0, 1, 2
 # The domain's specialist in the workflow (issue 18's measure): 1.00 in both domains on seeds 0, 1, 2 and in a CI run
 # that drew other rows. The specialist *first* was asserted until that CI run (2026-11-26): its search let a cheap
 # worker solve multiple-choice questions and the knowledge model check them (first step 0.06, in the workflow 1.00,
-# 93.8% correct). The sim's draws are seeded by each rollout's random task id, so a run is not reproducible from the
-# seed, and with 2 draws a candidate and the cost term (60 x $) that pair and the specialist twice are near-equal.
+# 93.8% correct): with 2 draws a candidate and the cost term (60 x $) that pair and the specialist twice are
+# near-equal. The sim's draws were then seeded by each rollout's random task id; a rollout's task id is now its id
+# (services/executor/rollouts.py), so a seed's search draws the same in every run.
 MIN_SPECIALIST_IN = 0.8
 MAX_CHANCE = 0.49  # five workers: at most 3 steps of random workers name a given one 1 - (4/5)^3 of the time
 

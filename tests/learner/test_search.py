@@ -182,3 +182,17 @@ def test_the_held_out_specialist_share_counts_the_views_that_show_the_specialist
     figures = telemetry.routing(shown + absent, telemetry.specialists(POOL))
     assert figures["specialist_share"] == {"mcq": {"any_step": 0.5, "first_step": 0.5}}
     assert figures["topologies"] == {"[]": 5}
+
+
+def test_the_stage_2c_tolerance_sits_between_the_two_gaps_it_must_tell_apart():
+    """Measured through the rollout path (README, stage 2c): a third call adds 0.0115 reward for the full pool's
+    specialist and 0.0225 for the frontier model on a view without a specialist. The preset's tolerance keeps the
+    specialist's two steps and the frontier's three, each with a margin of at least 0.005 reward."""
+    config = load_config(PRESET.with_name("smollm2-views3.toml"))
+    tol = config.cold_start.search_tolerance
+    n = 1000
+    full = _searched("math", {(1, 1): (0.968 * n, 0.38, n), (1, 1, 1): (0.9795 * n, 0.66, n)})
+    bare = _searched("mcq", {(0, 0): (0.90 * n, 4.0, n), (0, 0, 0): (0.9225 * n, 6.4, n)})
+    picks = search.choose([full, bare], prior=0.0, cost_weight=0.0, tolerance=tol, by="view")
+    assert [c.ordinals for _, c in picks] == [(1, 1), (0, 0, 0)]
+    assert 0.0115 + 0.005 <= tol <= 0.0225 - 0.005
