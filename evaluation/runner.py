@@ -54,6 +54,7 @@ class Options:
     durable: bool = False
     pool_subset: list[str] | None = None
     timeout_s: float = 600.0
+    hide_domain: bool = False  # requests name no answer type (the verifier still judges by the reference)
 
 
 def sample(problems: Sequence[Problem], limit: int | None, seed: int = 0) -> list[Problem]:
@@ -109,7 +110,7 @@ def request(job: Job, rid: str, options: Options) -> SolveRequest:
         pool=options.pool_subset,
         max_steps=s.max_steps,
         max_rounds=s.max_rounds,
-        domain=p.domain,
+        domain=None if options.hide_domain else p.domain,
         reference=p.reference,
         policy=s.policy,
         cache=options.cache,

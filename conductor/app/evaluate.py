@@ -84,6 +84,12 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
         help="comma-separated: keep only items of these domains (math, mcq, code), e.g. "
         "the domains a policy was trained on",
     )
+    p.add_argument(
+        "--hide-domain",
+        action="store_true",
+        help="ask without the items' answer type, as a client that names none does (a plain chat request to "
+        "the gateway); the verifier still judges each item by its reference",
+    )
     p.add_argument("--policy", help="the embedded planner's CONDUCTOR_POLICY (e.g. openai:conductor-7b)")
     p.add_argument(
         "--data", action="append", default=[], metavar="NAME=PATH", help="a local copy of a benchmark"
@@ -192,6 +198,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
         durable=args.durable,
         pool_subset=subset,
         timeout_s=args.timeout,
+        hide_domain=args.hide_domain,
     )
     versions = {name: registry.version(name) for name in problems}
     return Prepared(
@@ -239,6 +246,8 @@ def conclude(
     }
     if prep.options.pool_subset:
         meta["pool subset"] = ",".join(prep.options.pool_subset)
+    if prep.options.hide_domain:
+        meta["answer type"] = "hidden from the solve requests"
     return finish(prep.out, items, prep.benchmarks, prep.strategies, meta, console, prep.versions)
 
 

@@ -36,3 +36,15 @@ def test_an_item_of_another_task_version_runs_again(tmp_path: Path) -> None:
     ]
     todo, done = runner.pending(jobs)
     assert [j.problem.id for j in todo] == ["q0"] and list(done) == [same.key]
+
+
+def test_hide_domain_asks_without_the_answer_type_and_keeps_the_reference() -> None:
+    """`conductor eval --hide-domain`: the request a client that names no answer type sends (a plain chat request to
+    the gateway); the verifier still judges by the reference."""
+    from evaluation.runner import request
+
+    problem = Problem(id="q", benchmark="x", question="?", reference=TextReference(answer="1"), domain="math")
+    job = Job("x", Strategy(label="s", policy="baseline:single", max_steps=1), 0, problem, "2")
+    assert request(job, "r", Options()).domain == "math"
+    hidden = request(job, "r", Options(hide_domain=True))
+    assert hidden.domain is None and hidden.reference == problem.reference
