@@ -131,3 +131,49 @@ def carries_format(family: str, text: str) -> bool:
 def unknown_families(fmt: AnswerFormat) -> list[str]:
     """Instruction keys the pool file names that are not format families (a typo would silently do nothing)."""
     return sorted(set(fmt.instructions) - set(FAMILIES))
+
+
+# What a question's own text says its answer type is (``answer_type``): lettered options; a program to write; a
+# quantity. Short literal cues, no nested quantifiers.
+_OPTION = re.compile(r"(?m)^[ \t]{0,4}\(?([A-J])[).:]\s")
+_INLINE_OPTION = re.compile(r"\(([A-J])\)\s")
+_CODE_CUES = re.compile(
+    r"```|\bexample input\b|\bstandard input\b|\bstdin\b|\bstarter code\b|\bdef [a-z_]+\("
+    r"|\b(?:write|implement|complete) (?:a |the )?(?:python )?(?:function|program|script|class)\b",
+    re.IGNORECASE,
+)
+_IO_LINES = (  # a programming task's "Input ... Output" blocks (LiveCodeBench, Codeforces, LeetCode)
+    re.compile(r"(?m)^[ \t]{0,4}(?:sample |example )?input\b", re.IGNORECASE),
+    re.compile(r"(?m)^[ \t]{0,4}(?:sample |example )?output\b", re.IGNORECASE),
+)
+_MATH_CUES = re.compile(
+    r"\\boxed|\\frac|\\sqrt|\$[^$\n]{1,80}\$|\d|\^|="
+    r"|\b(?:how many|probability|number of|sum of|remainder|evaluate|compute|simplify|solve for|integers?)\b",
+    re.IGNORECASE,
+)
+
+
+def _lettered(letters: list[str]) -> bool:
+    """Options A, B, ... in order: at least A and B."""
+    seen = "".join(dict.fromkeys(letters))
+    return len(seen) >= 2 and "ABCDEFGHIJ".startswith(seen)
+
+
+def answer_type(question: str) -> str | None:
+    """The answer type a question's own text shows, for a request that names none (a plain chat request to the
+    gateway): ``mcq`` when it lists lettered options (A, B, ... in order) or asks for a letter, ``code`` when it asks
+    for a program or shows input and output blocks, ``general`` when it asks for an ``<answer>`` tag, ``math`` when
+    it asks for a boxed answer or holds a quantity, else None. A policy trained with
+    the answer type in its prompt routes on that line (without it, `smollm2-views2` sent 7 of 9 math questions to
+    the knowledge model); this gives it back what the question already says. Never used to judge an answer."""
+    if _lettered(_OPTION.findall(question)) or _lettered(_INLINE_OPTION.findall(question)):
+        return "mcq"
+    if _CARRIES["mcq"].search(question) and not _CARRIES["math"].search(question):
+        return "mcq"
+    if _CODE_CUES.search(question) or all(p.search(question) for p in _IO_LINES):
+        return "code"
+    if "<answer>" in question.lower():
+        return "general"
+    if _MATH_CUES.search(question):
+        return "math"
+    return None

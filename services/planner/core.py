@@ -26,6 +26,7 @@ from collections.abc import Callable
 import msgspec
 import structlog
 
+from conductor.answer_format import answer_type
 from conductor.prompt import policy_messages, view_refusal
 from conductor.workflow import WorkflowFormatError, parse_completion
 from schemas.errors import ErrorCode, ErrorInfo
@@ -147,13 +148,16 @@ class Planner:
         # A policy trained on registry questions saw each with its answer-format instruction: a user's question
         # without one is shown so too (without it, the shipped policy wrote unusable workflows for 7 of the demo's
         # 20 questions; with it, none).
-        question = as_presented(req.question, req.domain) if serve.harness_questions else req.question
+        # A request that names no answer type (a plain chat request to the gateway) is shown the one its question's
+        # own text says (conductor/answer_format.py ``answer_type``): the policy routes on that line.
+        domain = req.domain or answer_type(req.question)
+        question = as_presented(req.question, domain) if serve.harness_questions else req.question
         messages = policy_messages(
             question,
             req.workers,
             req.previous,
             max_steps=req.max_steps,
-            domain=req.domain if serve.show_domain else None,
+            domain=domain if serve.show_domain else None,
             style=serve.prompt if policy is self.policy else "examples",
         )
         failures: list[str] = []

@@ -127,3 +127,41 @@ def test_overridden_family_without_earlier_wording_uses_final_everywhere():
 def test_bad_answer_format_tables_are_named(table, needle):
     with pytest.raises(PoolError, match=needle):
         parse_pool(table + WORKER)
+
+
+def test_a_questions_own_text_gives_its_answer_type() -> None:
+    """``answer_type`` on every benchmark the registry loads offline and every sim task, with and without the
+    harness instruction: each family's questions get their family (MATH-500's two lettered-option questions are
+    multiple choice by their text; RLPR's `<answer>` ones are `general`), and a question that shows none gets None."""
+    import gzip
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    from conductor.answer_format import answer_type
+    from tasks import registry
+
+    for name in (
+        "math500",
+        "aime25",
+        "gpqa-diamond",
+        "mmlu",
+        "livecodebench",
+        "bigcodebench-hard",
+        "humaneval",
+    ):
+        for problems in registry.load_all([name]).values():
+            got = Counter(answer_type(p.question) == family_of(p.domain) for p in problems)
+            assert got[True] >= 0.9 * len(problems) and got[False] <= 1, (name, got)
+    sim_tasks = Path(__file__).parents[2] / "tasks" / "data" / "sim_tasks.jsonl"
+    for line in sim_tasks.read_text().splitlines():
+        record = json.loads(line)
+        bare = record["question"].split("\n\nReason step by step")[0]
+        assert answer_type(record["question"]) == answer_type(bare) == family_of(record["domain"]), bare
+    fixtures = Path(__file__).parents[2] / "tasks" / "fixtures"
+    with gzip.open(fixtures / "math500_real.jsonl.gz", "rt") as f:
+        math = Counter(answer_type(json.loads(line)["problem"]) for line in f)
+    assert math["math"] >= 495 and math["mcq"] == 2, math  # of 500 real MATH-500 problems
+    for text in ("Who wrote Hamlet?", "Write a haiku about autumn.", "What is the capital of France?"):
+        assert answer_type(text) is None
+    assert answer_type("Name the SI unit of charge.\n\nGive it inside <answer></answer> tags.") == "general"

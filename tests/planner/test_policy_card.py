@@ -126,9 +126,30 @@ async def test_a_question_is_shown_as_the_policy_was_trained_on_it():
         "'Answer: X' where X is one of A, B, C, D."
     )
     assert await shown("Write a function f.", "code") == "Write a function f."
-    assert await shown("What is 2+2?", None) == "What is 2+2?"
+    assert await shown("What is 2+2?", None) == boxed  # no answer type named: the question's own (below)
+    assert await shown("Who wrote Hamlet?", None) == "Who wrote Hamlet?"
     policy.card = msgspec.structs.replace(CARD, questions="as_asked")
     assert await shown("What is 2+2?", "math") == "What is 2+2?"
+
+
+async def test_a_request_naming_no_answer_type_is_shown_the_one_its_question_says():
+    """A plain chat request to the gateway names no domain; a policy trained with the answer-type line routes on it
+    (without it, `smollm2-views2` sent 7 of 9 math questions to the knowledge model). The planner shows the type
+    the question's own text gives (conductor/answer_format.py ``answer_type``), and none when it gives none."""
+    policy = _Recording(msgspec.structs.replace(CARD, show_domain=True))
+    planner = Planner(PlannerSettings.from_env({"CONDUCTOR_POLICY": "local:x"}), policy)
+    cards = [WorkerCard(index=0, description="d")]
+
+    async def prompt(question: str, domain: str | None = None) -> str:
+        reply = await planner.plan(PlanRequest(task_id="t", question=question, workers=cards, domain=domain))
+        assert reply.error is None, reply
+        return policy.calls[-1][0]
+
+    assert "Answer type: math" in await prompt("What is the remainder when 7^358 is divided by 19?")
+    assert "Answer type: mcq" in await prompt("Which is a noble gas?\nA) Ne\nB) Na\nC) K\nD) Li")
+    assert "Answer type: mcq\n" in await prompt("What is 2+2?\nA) 4\nB) 5", "mcq")  # a named one wins
+    assert "Answer type: math" in await prompt("Which is a noble gas?\nA) Ne\nB) Na", "math")
+    assert "Answer type" not in await prompt("Who wrote Hamlet?")
 
 
 async def test_a_version_whose_card_contradicts_the_settings_is_refused():
