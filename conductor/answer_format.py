@@ -163,9 +163,9 @@ def answer_type(question: str) -> str | None:
     """The answer type a question's own text shows, for a request that names none (a plain chat request to the
     gateway): ``mcq`` when it lists lettered options (A, B, ... in order) or asks for a letter, ``code`` when it asks
     for a program or shows input and output blocks, ``general`` when it asks for an ``<answer>`` tag, ``math`` when
-    it asks for a boxed answer or holds a quantity, else None. A policy trained with
-    the answer type in its prompt routes on that line (without it, `smollm2-views2` sent 7 of 9 math questions to
-    the knowledge model); this gives it back what the question already says. Never used to judge an answer."""
+    it asks for a boxed answer or holds a quantity, else None. A policy trained with the answer type in its prompt
+    routes on that line (without it, `smollm2-views2` sent 16 of 26 math questions to the knowledge model); this
+    gives it back what the question already says. Never used to judge an answer."""
     if _lettered(_OPTION.findall(question)) or _lettered(_INLINE_OPTION.findall(question)):
         return "mcq"
     if _CARRIES["mcq"].search(question) and not _CARRIES["math"].search(question):

@@ -7,8 +7,8 @@ nothing of the policy's was judged (a fallback wrote the workflow because the po
 infrastructure fault (a worker failing after its retries, the budget, a deadline, the verifier) stopped the workflow
 or its verification: a masked sample teaches the policy nothing instead of a wrong zero. ``policy_parsed`` says
 from a task's rounds whether the policy's own completions parsed. ``shape`` applies what the learner adds: the
-optional cost penalty (our addition, off by default; linear or relative, ``COST_FORMS``) and a recursion round's scale (docs/method.md §5). Each
-returns the reward with its reason, for logs and reports.
+optional cost penalty (our addition, off by default; linear or relative, ``COST_FORMS``) and a recursion round's
+scale (docs/method.md §5). Each returns the reward with its reason, for logs and reports.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ async def test_a_question_is_shown_as_the_policy_was_trained_on_it():
 
 async def test_a_request_naming_no_answer_type_is_shown_the_one_its_question_says():
     """A plain chat request to the gateway names no domain; a policy trained with the answer-type line routes on it
-    (without it, `smollm2-views2` sent 7 of 9 math questions to the knowledge model). The planner shows the type
+    (without it, `smollm2-views2` sent 16 of 26 math questions to the knowledge model). The planner shows the type
     the question's own text gives (conductor/answer_format.py ``answer_type``), and none when it gives none."""
     policy = _Recording(msgspec.structs.replace(CARD, show_domain=True))
     planner = Planner(PlannerSettings.from_env({"CONDUCTOR_POLICY": "local:x"}), policy)
