@@ -102,7 +102,8 @@ async def test_a_prompt_over_the_policys_context_is_a_typed_error_not_a_handback
 
 async def test_the_policys_max_tokens_is_fitted_to_its_context(endpoint: FakeEndpoint, cards):
     """Failed before: every plan was a 400 and the fallback planned instead. (The server counts the prompt
-    here as 1,712 tokens; the planner's generous estimate is ~2,354.)"""
+    here as 1,712 tokens; the planner's generous estimate is ~2,361, with the answer-type line "What is 6 * 7?"
+    shows, conductor/answer_format.py ``answer_type``.)"""
     endpoint.reply(
         vllm_refusal(
             "'max_tokens' or 'max_completion_tokens' is too large: 1024. This model's maximum "
@@ -121,7 +122,7 @@ async def test_the_policys_max_tokens_is_fitted_to_its_context(endpoint: FakeEnd
     assert first.error is None and not first.fallback_used and first.workflow is not None
     assert second.error is None and not second.fallback_used
     sent = [r["max_completion_tokens"] for r in endpoint.requests]
-    assert sent == [1024, 2560 - 1712, 2560 - 2354], sent  # the third fitted before it was sent
+    assert sent == [1024, 2560 - 1712, 2560 - 2361], sent  # the third fitted before it was sent
 
 
 async def test_the_policys_max_tokens_is_fitted_to_vllm_032s_context(endpoint: FakeEndpoint, cards):
