@@ -141,15 +141,11 @@ def test_a_questions_own_text_gives_its_answer_type() -> None:
     from conductor.answer_format import answer_type
     from tasks import registry
 
-    for name in (
-        "math500",
-        "aime25",
-        "gpqa-diamond",
-        "mmlu",
-        "livecodebench",
-        "bigcodebench-hard",
-        "humaneval",
-    ):
+    for (
+        name
+    ) in registry.names():  # every offline benchmark; sim below, RLPR's and jsonl's family is "general"
+        if name in ("sim", "rlpr", "jsonl"):
+            continue
         for problems in registry.load_all([name]).values():
             got = Counter(answer_type(p.question) == family_of(p.domain) for p in problems)
             assert got[True] >= 0.9 * len(problems) and got[False] <= 1, (name, got)
