@@ -179,6 +179,11 @@ class ColdStartSection(_Section):
     # recipe) or "The model tuned for ... is Model 1" (``fit_first``: the worker's description is written before
     # its number, so on a view that numbers workers differently the number is read off the prompt, not recalled).
     search_reasoning: Literal["ordinal_first", "fit_first"] = "ordinal_first"
+    # The candidates searched (search.py ``candidates``): ``short``, one worker alone, solve then check, solve and
+    # check twice; ``relay`` adds chains where another worker checks between the solver's own checks (a, s, a),
+    # (a, s, s, a), (a, s, a, s, a): on a view whose only strong worker is dear, cheap checks between its calls
+    # gather the votes its last call reads, at little more than the price of two of its calls.
+    search_grammar: Literal["short", "relay"] = "short"
 
 
 class GrpoSection(_Section):

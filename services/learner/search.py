@@ -1,7 +1,8 @@
 """The search-based cold start (issue 18): supervised rows whose routing was *found*, not drawn at random.
 
 For each training question and its pool view, every candidate workflow of a small grammar (one worker alone; one
-solves and another checks with access; one solves and checks twice) is scored through the rollout API on
+solves and another checks with access; one solves and checks twice; with ``search_grammar = "relay"`` also chains
+where another worker checks between the solver's own checks) is scored through the rollout API on
 ``search_draws`` fresh draws (the pool must vary its answers per rollout: ``data.fresh_draws``). A candidate's value
 is its mean reward minus ``search_cost_weight`` times its mean $, where the mean reward is *shrunk* toward the same
 candidate's mean over every question of the domain (``search_prior`` pseudo-draws): a handful of draws on one
@@ -52,12 +53,28 @@ class Candidate:
         return self.topology, tuple(view[i] for i in self.ordinals)
 
 
-def candidates(k: int) -> list[Candidate]:
-    """Every candidate for a view of ``k`` workers: alone; solve then check (any pair); solve, check, check."""
+GRAMMARS = ("short", "relay")
+
+
+def candidates(k: int, grammar: str = "short") -> list[Candidate]:
+    """Every candidate for a view of ``k`` workers. ``short``: alone; solve then check (any pair); solve, check,
+    check. ``relay`` adds, for a solver ``a`` and another worker ``s``: (a, s, a), (a, s, s, a), (a, s, a, s, a) —
+    ``s`` checks, then ``a`` checks again having read both answers (config ``cold_start.search_grammar``)."""
+    if grammar not in GRAMMARS:
+        raise ValueError(f"grammar {grammar!r}: expected one of {', '.join(GRAMMARS)}")
     alone = [Candidate("single", (a,)) for a in range(k)]
     pairs = [Candidate("solve_check", (a, b)) for a in range(k) for b in range(k)]
     triples = [Candidate("solve_check_check", (a, a, a)) for a in range(k)]
-    return [*alone, *pairs, *triples]
+    if grammar == "short":
+        return [*alone, *pairs, *triples]
+    others = [(a, s) for a in range(k) for s in range(k) if s != a]
+    relays = [
+        Candidate(f"relay{len(chain)}", chain)
+        for shape in ((0, 1, 0), (0, 1, 1, 0), (0, 1, 0, 1, 0))
+        for a, s in others
+        for chain in [tuple((a, s)[i] for i in shape)]
+    ]
+    return [*alone, *pairs, *triples, *relays]
 
 
 def _fit(worker: WorkerSpec) -> str:
@@ -82,9 +99,19 @@ def completion(
     if len(c.ordinals) == 1:
         reasoning = f"{why}, so it answers alone."
     else:
-        checkers = c.ordinals[1:]  # one checker, or the solver itself checking again (``candidates``)
-        times = "" if len(checkers) == 1 else f" {len(checkers)} times"
-        reasoning = f"{why}, so it solves it; Model {checkers[0]} then checks the answer{times}."
+        checkers = c.ordinals[
+            1:
+        ]  # one checker, the solver itself checking again, or a relay (``candidates``)
+        if len(set(checkers)) == 1:
+            times = "" if len(checkers) == 1 else f" {len(checkers)} times"
+            reasoning = f"{why}, so it solves it; Model {checkers[0]} then checks the answer{times}."
+        else:
+            helper = checkers[0]  # a relay: another worker checks first (``candidates``)
+            turns = ", then ".join(f"Model {o}" for o in checkers[1:])
+            reasoning = (
+                f"{why}, so it solves it; Model {helper} ({_fit(workers[helper])}) then checks the answer, "
+                f"then {turns} check it in turn."
+            )
         tasks += [f"{CHECK} {fmt}"] * len(checkers)
         access += ["all"] * len(checkers)
     return render_completion(
@@ -114,10 +141,15 @@ class Tally:
 
 @dataclass
 class Searched:
-    """One question's episode and its candidates' tallies (in ``candidates(len(view))`` order)."""
+    """One question's episode and its candidates' tallies (in ``candidates(len(view), grammar)`` order)."""
 
     episode: Episode
     tallies: list[Tally]
+    grammar: str = "short"
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        return candidates(len(self.episode.pool), self.grammar)
 
 
 def search(
@@ -134,16 +166,16 @@ def search(
         eps, texts, where = [], [], []
         for i, ep in enumerate(batch):
             view = pool.subset(ep.pool)
-            for j, cand in enumerate(candidates(len(view))):
+            for j, cand in enumerate(candidates(len(view), c.search_grammar)):
                 text = completion(cand, ep.domain, view)
                 eps += [ep] * c.search_draws
                 texts += [text] * c.search_draws
                 where += [(i, j)] * c.search_draws
-        tallies = [[Tally() for _ in candidates(len(ep.pool))] for ep in batch]
+        tallies = [[Tally() for _ in candidates(len(ep.pool), c.search_grammar)] for ep in batch]
         for (i, j), s in zip(where, reward.score(eps, texts), strict=True):
             if s.result.reward is not None:
                 tallies[i][j].add(s.result.reward, s.result.usage.cost_usd)
-        out += [Searched(ep, t) for ep, t in zip(batch, tallies, strict=True)]
+        out += [Searched(ep, t, c.search_grammar) for ep, t in zip(batch, tallies, strict=True)]
     return out
 
 
@@ -188,12 +220,12 @@ def choose(
         raise ValueError(f"by {by!r}: expected question or view")
     domain_means: dict[tuple[str, tuple[str, tuple[str, ...]]], Tally] = defaultdict(Tally)
     for s in searched:
-        for cand, t in zip(candidates(len(s.episode.pool)), s.tallies, strict=True):
+        for cand, t in zip(s.candidates, s.tallies, strict=True):
             domain_means[(s.episode.domain, cand.key(s.episode.pool))].add(t.reward, t.cost, t.n)
     picks = []
     for s in searched:
         scored = []  # (value, domain mean $, order, candidate)
-        for n, (cand, t) in enumerate(zip(candidates(len(s.episode.pool)), s.tallies, strict=True)):
+        for n, (cand, t) in enumerate(zip(s.candidates, s.tallies, strict=True)):
             dm = domain_means[(s.episode.domain, cand.key(s.episode.pool))]
             if not dm.n:
                 continue

@@ -39,6 +39,46 @@ def test_every_candidate_renders_to_a_workflow_that_parses_back():
             assert all("Check the answer above" in t for t in wf.subtasks[1:])  # checks worded as checks
 
 
+def test_the_relay_grammar_adds_chains_where_another_worker_checks_between_the_solvers_calls():
+    short, relay = search.candidates(len(VIEW)), search.candidates(len(VIEW), "relay")
+    assert relay[: len(short)] == short  # the short grammar's order is kept: saved tallies still line up
+    added = relay[len(short) :]
+    assert len(added) == 3 * 5 * 4 and len(set(added)) == len(added)
+    assert (
+        search.Candidate("relay4", (0, 4, 4, 0)) in added
+        and search.Candidate("relay5", (0, 4, 0, 4, 0)) in added
+    )
+    assert all(c.ordinals[0] == c.ordinals[-1] != c.ordinals[1] for c in added)
+    view = POOL.subset(["sim-frontier", "sim-coder", "sim-small"])
+    for cand in search.candidates(3, "relay"):
+        for domain in ("math", "mcq"):
+            text = search.completion(cand, domain, view, "fit_first")
+            wf = parse_completion(text, n_workers=3, max_steps=5).workflow
+            assert wf.model_id == list(cand.ordinals)
+            assert wf.access_list[0] == [] and all(a == "all" for a in wf.access_list[1:])
+    text = search.completion(search.Candidate("relay4", (0, 2, 2, 0)), "mcq", view, "fit_first")
+    assert (
+        "Model 2 (small fast model) then checks the answer, then Model 2, then Model 0 check it in turn."
+        in text
+    )
+    with pytest.raises(ValueError, match="grammar 'long'"):
+        search.candidates(3, "long")
+
+
+def test_a_relay_label_beats_the_solvers_own_checks_when_the_tolerance_allows_it():
+    """Frontier, small, small, frontier: about the accuracy of the frontier model checking itself twice at the
+    price of checking once (services/learner/presets/smollm2-views4.toml). Searched with the relay grammar, choose
+    reads the relay's tallies (their order is the grammar's), and picks it."""
+    n, k = 1000, 3
+    view = ["sim-frontier", "sim-coder", "sim-small"]
+    tallies = {(0, 0): (0.905 * n, 4.0, n), (0, 0, 0): (0.928 * n, 6.0, n), (0, 2, 2, 0): (0.927 * n, 4.1, n)}
+    cands = search.candidates(k, "relay")
+    row = [search.Tally(*tallies.get(c.ordinals, (0.0, 0.0, 0))) for c in cands]
+    ep = Episode(question="q", reference=TextReference(answer="1"), domain="mcq", pool=view)
+    picks = search.choose([search.Searched(ep, row, "relay")], prior=0.0, cost_weight=0.0, tolerance=0.017)
+    assert picks[0][1] == search.Candidate("relay4", (0, 2, 2, 0))
+
+
 def test_the_reasoning_names_why_the_worker_fits():
     text = search.completion(search.Candidate("solve_check", (1, 1)), "math", POOL.subset(VIEW))
     assert text.startswith(
@@ -196,3 +236,17 @@ def test_the_stage_2c_tolerance_sits_between_the_two_gaps_it_must_tell_apart():
     picks = search.choose([full, bare], prior=0.0, cost_weight=0.0, tolerance=tol, by="view")
     assert [c.ordinals for _, c in picks] == [(1, 1), (0, 0, 0)]
     assert 0.0115 + 0.005 <= tol <= 0.0225 - 0.005
+
+
+def test_the_stage_2d_preset_searches_relays_and_leaves_room_for_five_steps():
+    config = load_config(PRESET.with_name("smollm2-views4.toml"))
+    assert config.cold_start.search_grammar == "relay"
+    assert config.cold_start.search_choice == "view" and config.cold_start.search_tolerance == 0.017
+    assert config.grpo.max_completion_tokens >= 300  # a five-step relay completion is about 260 tokens
+
+
+def test_an_unknown_search_grammar_is_a_config_error_naming_it(tmp_path):
+    text = PRESET.with_name("smollm2-views4.toml").read_text().replace('"relay"', '"longest"', 1)
+    (tmp_path / "bad.toml").write_text(text)
+    with pytest.raises(ConfigError, match="search_grammar"):
+        load_config(tmp_path / "bad.toml")
