@@ -168,6 +168,8 @@ class ColdStartSection(_Section):
         8.0  # pseudo-draws of the candidate's domain mean (shrinkage)
     )
     search_cost_weight: Annotated[float, Meta(ge=0)] = 60.0  # value = shrunk mean reward - weight x mean $
+    # ``log``: value = shrunk mean reward - weight x ln(mean $ / $0.00001) (search.py ``choose``)
+    search_cost_form: Literal["linear", "log"] = "linear"
     search_epochs: PositiveFloat = 2.0
     # > 0: each question's row is the cheapest candidate whose value is within this much reward of the best one's
     # (services/learner/search.py choose): accuracy first, then price, on views whose only strong worker is dear.

@@ -208,6 +208,7 @@ def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str
         cost_weight=c.search_cost_weight,
         tolerance=c.search_tolerance,
         by=c.search_choice,
+        cost_form=c.search_cost_form,
     )
     rows = search.rows(picks, pool, config)
     figures = {

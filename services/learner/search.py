@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conductor.pool import Pool, WorkerSpec
+from conductor.reward import cost_term
 from conductor.workflow import render_completion
 from schemas.plan import Workflow
 from services.learner.config import LearnerConfig
@@ -205,6 +206,7 @@ def choose(
     cost_weight: float,
     tolerance: float = 0.0,
     by: str = "question",
+    cost_form: str = "linear",
 ) -> list[tuple[Episode, Candidate]]:
     """Each question's best candidate: shrunk mean reward minus ``cost_weight`` x mean $ (module docstring). With a
     ``tolerance``: the cheapest candidate (by its domain mean $) whose value is within ``tolerance`` of the best
@@ -215,7 +217,12 @@ def choose(
     workers), so every question of a domain on one view gets the same row. Per question, the few draws' noise
     (shrunk, but not away) moves values by about the tolerance, and a rule that takes the cheapest near-best
     candidate turns noise into a bias toward the cheap: on views without a specialist 38 of 51 rows were the
-    frontier model twice (77% on held-out) where three times reaches 86%."""
+    frontier model twice (77% on held-out) where three times reaches 86%.
+
+    ``cost_form = "log"``: the $ term is ``cost_weight`` x ln($ / $0.00001) (conductor/reward.py ``cost_term``), a price
+    relative to what the view already costs, so one weight buys a cheap check on a view of cheap specialists and a
+    longer chain where the only strong worker is dear. With a large grammar use it with no tolerance: the best of
+    ~95 noisy candidates is biased up by about two standard errors, so a window below it shifts with the noise."""
     if by not in ("question", "view"):
         raise ValueError(f"by {by!r}: expected question or view")
     domain_means: dict[tuple[str, tuple[str, tuple[str, ...]]], Tally] = defaultdict(Tally)
@@ -230,7 +237,7 @@ def choose(
             if not dm.n:
                 continue
             mean = dm.mean if by == "view" else (t.reward + prior * dm.mean) / (t.n + prior)
-            scored.append((mean - cost_weight * dm.mean_cost, dm.mean_cost, n, cand))
+            scored.append((mean - cost_term(dm.mean_cost, cost_weight, cost_form), dm.mean_cost, n, cand))
         if not scored:
             continue
         best = max(value for value, *_ in scored)

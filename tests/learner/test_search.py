@@ -250,3 +250,40 @@ def test_an_unknown_search_grammar_is_a_config_error_naming_it(tmp_path):
     (tmp_path / "bad.toml").write_text(text)
     with pytest.raises(ConfigError, match="search_grammar"):
         load_config(tmp_path / "bad.toml")
+
+
+def test_a_log_price_keeps_the_specialists_short_chain_and_buys_a_relay_where_no_specialist_is():
+    """The views5 preset's rule on the sim answer model's figures (a Monte Carlo of providers/sim.py; $ as served):
+    on the full pool the math model's third call (+0.0086 reward for 1.7x the $) is not bought, a cheap check
+    between its calls is; on frontier, coder, small the relay frontier, small, small, frontier beats the frontier
+    model checking once and five calls."""
+    config = load_config(PRESET.with_name("smollm2-views5.toml"))
+    c = config.cold_start
+    n = 1000
+    full = {(1, 1): (0.9718, 0.00026), (1, 4, 1): (0.9748, 0.00028), (1, 1, 1): (0.9804, 0.00045)}
+    bare = {(0, 0): (0.9055, 0.0041), (0, 2, 0): (0.9185, 0.0043), (0, 2, 2, 0): (0.928, 0.0045)}
+    bare |= {(0, 2, 0, 2, 0): (0.9345, 0.0068)}
+
+    def searched(domain, view, figures):
+        row = [
+            search.Tally(*((r * n, d * n, n) if (r, d) != (0, 0) else (0.0, 0.0, 0)))
+            for r, d in (figures.get(cand.ordinals, (0, 0)) for cand in search.candidates(len(view), "relay"))
+        ]
+        ep = Episode(question="q", reference=TextReference(answer="1"), domain=domain, pool=view)
+        return search.Searched(ep, row, "relay")
+
+    found = [searched("math", VIEW, full), searched("mcq", ["sim-frontier", "sim-coder", "sim-small"], bare)]
+    picks = search.choose(
+        found,
+        prior=0.0,
+        cost_weight=c.search_cost_weight,
+        tolerance=c.search_tolerance,
+        by=c.search_choice,
+        cost_form=c.search_cost_form,
+    )
+    assert [cand.ordinals for _, cand in picks] == [(1, 4, 1), (0, 2, 2, 0)]
+    linear = search.choose(found, prior=0.0, cost_weight=c.search_cost_weight, by="view")
+    assert [cand.ordinals for _, cand in linear] == [
+        (1, 1, 1),
+        (0, 2, 0, 2, 0),
+    ]  # 0.03 x $ is no price at all
