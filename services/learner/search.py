@@ -69,12 +69,9 @@ def candidates(k: int, grammar: str = "short") -> list[Candidate]:
     if grammar == "short":
         return [*alone, *pairs, *triples]
     others = [(a, s) for a in range(k) for s in range(k) if s != a]
-    relays = [
-        Candidate(f"relay{len(chain)}", chain)
-        for shape in ((0, 1, 0), (0, 1, 1, 0), (0, 1, 0, 1, 0))
-        for a, s in others
-        for chain in [tuple((a, s)[i] for i in shape)]
-    ]
+    relays = [Candidate("relay3", (a, s, a)) for a, s in others]
+    relays += [Candidate("relay4", (a, s, s, a)) for a, s in others]
+    relays += [Candidate("relay5", (a, s, a, s, a)) for a, s in others]
     return [*alone, *pairs, *triples, *relays]
 
 
@@ -100,9 +97,8 @@ def completion(
     if len(c.ordinals) == 1:
         reasoning = f"{why}, so it answers alone."
     else:
-        checkers = c.ordinals[
-            1:
-        ]  # one checker, the solver itself checking again, or a relay (``candidates``)
+        # one checker, the solver itself checking again, or a relay (``candidates``)
+        checkers = c.ordinals[1:]
         if len(set(checkers)) == 1:
             times = "" if len(checkers) == 1 else f" {len(checkers)} times"
             reasoning = f"{why}, so it solves it; Model {checkers[0]} then checks the answer{times}."
