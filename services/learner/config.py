@@ -105,6 +105,11 @@ class DataSection(_Section):
     # The share of views that show the whole pool in pool order (the view `conductor eval` shows by default), the
     # rest drawn as above: a curriculum from the fixed view a policy learned first to adaptive views (issue 18).
     full_view_fraction: Fraction = 0.0
+    # Named views (worker names, in the order shown) and the share of views drawn uniformly from them, after the
+    # full-pool share: weight for the pools a deployment serves that a uniform k-subset rarely shows, such as the
+    # pool without a domain's specialist (issue 18: 15 rows in 320 did not move a policy's habits there).
+    views: list[list[str]] = []
+    views_fraction: Fraction = 0.0
     few_shot: bool = True  # conductor/prompt.py FEW_SHOT in the system prompt (long: ~1,500 tokens)
     # The system turn (the rules). Without it the prompt is the user turn only (conductor/prompt.py style "task"):
     # for a model trained from scratch (the tiny test model cannot read them) or a small one trained on CPU, where
@@ -371,6 +376,17 @@ def check(config: LearnerConfig) -> None:
         raise ConfigError(f"data.k_min ({d.k_min}) is larger than data.k_max ({d.k_max})")
     if d.workers and d.k_min > len(d.workers):
         raise ConfigError(f"data.k_min ({d.k_min}) exceeds the {len(d.workers)} workers in data.workers")
+    if d.views_fraction and not d.views:
+        raise ConfigError(f"data.views_fraction ({d.views_fraction}) needs data.views to draw from")
+    if d.full_view_fraction + d.views_fraction > 1:
+        raise ConfigError(
+            f"data.full_view_fraction ({d.full_view_fraction}) + data.views_fraction ({d.views_fraction}) exceed 1"
+        )
+    for view in d.views:
+        if not view or len(set(view)) != len(view):
+            raise ConfigError(f"data.views: {view} must name one or more workers, each once")
+        if d.workers and set(view) - set(d.workers):
+            raise ConfigError(f"data.views: {sorted(set(view) - set(d.workers))} are not in data.workers")
     if g.micro_batch and config.step_batch % g.micro_batch:
         raise ConfigError(
             f"grpo.micro_batch ({g.micro_batch}) must divide the step's completions ({config.step_batch} = "

@@ -23,7 +23,7 @@ from conductor.pool import Pool, WorkerSpec
 from conductor.prompt import policy_messages
 from schemas.plan import PriorRound
 from schemas.verify import Reference
-from services.learner.config import DataSection
+from services.learner.config import ConfigError, DataSection
 from tasks.problem import Problem
 
 
@@ -42,16 +42,26 @@ class Episode(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def view_workers(pool: Pool, data: DataSection) -> list[WorkerSpec]:
-    """The deployment workers views are drawn from (``data.workers``, else the whole pool)."""
-    return pool.subset(list(data.workers) or None)
+    """The deployment workers views are drawn from (``data.workers``, else the whole pool); checks that every
+    named view (``data.views``) is made of them."""
+    workers = pool.subset(list(data.workers) or None)
+    names = {w.name for w in workers}
+    for view in data.views:
+        if unknown := sorted(set(view) - names):
+            raise ConfigError(f"data.views: {unknown} are not workers of this pool ({sorted(names)})")
+    return workers
 
 
 def sample_view(workers: Sequence[WorkerSpec], rng: random.Random, data: DataSection) -> list[str]:
     """A random k-subset (k uniform in [k_min, min(k_max, n)]), shuffled when ``data.shuffle_view``; names. A
-    ``data.full_view_fraction`` of views are the whole pool in pool order instead."""
+    ``data.full_view_fraction`` of views are the whole pool in pool order instead, and a ``data.views_fraction``
+    one of ``data.views``, uniformly."""
     n = len(workers)
-    if data.full_view_fraction and rng.random() < data.full_view_fraction:
+    u = rng.random() if data.full_view_fraction or data.views_fraction else 1.0
+    if u < data.full_view_fraction:
         return [w.name for w in workers]
+    if u < data.full_view_fraction + data.views_fraction:
+        return list(rng.choice(data.views))
     k = rng.randint(min(data.k_min, n), min(data.k_max, n))
     if data.shuffle_view:
         chosen = rng.sample(list(workers), k)

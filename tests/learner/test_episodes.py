@@ -71,6 +71,52 @@ def test_a_share_of_views_is_the_whole_pool_in_pool_order(pool) -> None:
     assert {len(v) for v in views} == {2, 3, 5}
 
 
+def test_a_share_of_views_is_drawn_from_the_named_views(pool) -> None:
+    named = '[["sim-frontier", "sim-coder", "sim-small"], ["sim-small", "sim-frontier"]]'
+    cfg = config(
+        f"k_min = 3\nk_max = 3\nshuffle_view = false\nfull_view_fraction = 0.25\n"
+        f"views_fraction = 0.5\nviews = {named}"
+    )
+    rng = random.Random(5)
+    views = [tuple(sample_view(view_workers(pool, cfg.data), rng, cfg.data)) for _ in range(2000)]
+    counts = Counter(views)
+    full, a, b = (
+        tuple(pool.names()),
+        ("sim-frontier", "sim-coder", "sim-small"),
+        ("sim-small", "sim-frontier"),
+    )
+    assert 0.21 < counts[full] / len(views) < 0.29
+    assert 0.21 < counts[b] / len(views) < 0.29  # the order given is the order shown
+    # the named three-view is also one of the ten random 3-subsets: 25% named + 25% / 10 drawn
+    assert 0.24 < counts[a] / len(views) < 0.31
+    assert {len(v) for v in views} == {2, 3, 5}
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ("views_fraction = 0.3", r"needs data\.views"),
+        ('full_view_fraction = 0.6\nviews_fraction = 0.5\nviews = [["sim-small"]]', "exceed 1"),
+        ('views = [["sim-small", "sim-small"]]', "each once"),
+        ("views = [[]]", "one or more workers"),
+        ('workers = ["sim-small", "sim-math"]\nviews = [["sim-frontier"]]', r"not in data\.workers"),
+    ],
+)
+def test_named_views_are_checked(data: str, match: str) -> None:
+    from services.learner.config import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        config(data)
+
+
+def test_a_named_view_outside_the_pool_is_a_config_error(pool) -> None:
+    from services.learner.config import ConfigError
+
+    cfg = config('views = [["sim-frontier", "gpt-9"]]\nviews_fraction = 0.5')
+    with pytest.raises(ConfigError, match=r"\['gpt-9'\] are not workers of this pool"):
+        view_workers(pool, cfg.data)
+
+
 def test_an_adapter_start_needs_a_pretrained_base() -> None:
     from services.learner.config import ConfigError
 
