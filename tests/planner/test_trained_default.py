@@ -1,5 +1,5 @@
 """Issue 18, item 6: `conductor serve` starts the planner with the shipped trained Conductor (SmolLM2 + the
-smollm2-views2 adapter) when CONDUCTOR_POLICY is unset, this install can run it and the pool shows workers it was
+smollm2-views3 adapter) when CONDUCTOR_POLICY is unset, this install can run it and the pool shows workers it was
 trained on; otherwise the default baseline, with one line saying why. An explicit CONDUCTOR_POLICY always wins."""
 
 from __future__ import annotations
