@@ -28,8 +28,9 @@ from collections.abc import Sequence
 
 import msgspec
 
+from conductor.answers import agreement
 from schemas.learner import PolicyCard
-from schemas.plan import PriorRound, WorkerCard
+from schemas.plan import PriorRound, StepAnswer, WorkerCard
 from schemas.work import ChatMessage
 
 MAX_SHOWN_RESPONSE_CHARS = 8_000
@@ -245,6 +246,25 @@ def _shown(response: str) -> str:
     return f"{response[:MAX_SHOWN_RESPONSE_CHARS]}\n[... truncated]"
 
 
+AGREEMENT = {
+    "agree": "All steps gave the same final answer.",
+    "differ": "The steps gave different final answers.",
+    "missing": "Some steps gave no final answer.",
+}
+
+
+def step_answer_lines(answers: Sequence[StepAnswer]) -> str:
+    """Each step's final answer on its own line, then whether they agree (schema 13; nothing for older rounds)."""
+    if not answers:
+        return ""
+    lines = [
+        f"Step {a.step} (Model {a.model_id}): {a.answer if a.answer is not None else '(none)'}"
+        for a in answers
+    ]
+    verdict = AGREEMENT[agreement([a.answer for a in answers])]
+    return "\n\nFinal answer of each step:\n" + "\n".join(lines) + "\n" + verdict
+
+
 def recursion_messages(
     question: str,
     workers: Sequence[WorkerCard],
@@ -258,6 +278,7 @@ def recursion_messages(
     rounds = "\n\n".join(
         f"### Round {i}\nYour completion:\n{p.completion}\n\n"
         f"Result of the coordination strategy (final response):\n{_shown(p.final_response)}"
+        f"{step_answer_lines(p.answers)}"
         for i, p in enumerate(previous, 1)
     )
     user = (

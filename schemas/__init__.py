@@ -11,7 +11,7 @@ Schema evolution rules (checked by the golden-payload tests in tests/schemas):
 6. Enumerated string values (error codes, outcomes) gain members only.
 """
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 """2: ``WorkReply.faults`` (failed tries by ``FaultReason``), ``SolveRequest.progress``; ``WorkRequest.idempotent``
 also landed after the v1 golden payloads.
 3: ``TaskCheckpoint.schema_version`` (stored checkpoints carry their format version, as results do) and its
@@ -37,4 +37,6 @@ owner`` is ignored (a task's tenant cancels it). A client of schema 8 must move 
 11: ``PolicyCard.workers`` (issue 18, stage 2): a policy trained on varied views names the workers they were drawn
 from, and is served on views of those workers only.
 12: ``PolicyCard.questions`` (issue 18, item 6): a policy trained on registry questions, each carrying its answer-format
-instruction (``harness``, the default), is shown a user's question with that instruction added when it has none."""
+instruction (``harness``, the default), is shown a user's question with that instruction added when it has none.
+13: ``PriorRound.answers`` (issue 33, item 5): a recursion round shows each earlier step's final answer compactly
+(``StepAnswer``), so the Conductor can hand back when they agree and escalate when they do not."""

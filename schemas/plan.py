@@ -39,11 +39,22 @@ class Workflow(msgspec.Struct, frozen=True, kw_only=True):
         return len(self.model_id)
 
 
+class StepAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """One step's final answer as a recursion round shows it (docs/method.md §5): short, so the Conductor can compare
+    the steps' answers at a glance and decide whether to hand back or escalate."""
+
+    step: Annotated[int, Meta(ge=0)]
+    model_id: Annotated[int, Meta(ge=0)]  # the ordinal the Conductor wrote for that step
+    answer: str | None = None  # the step's final answer, compacted; None when it stated none
+
+
 class PriorRound(msgspec.Struct, frozen=True, kw_only=True):
-    """What a recursive call sees of an earlier round: its own completion and the final response it produced."""
+    """What a recursive call sees of an earlier round: its own completion, the final response it produced and each
+    step's final answer (schema 13; empty in payloads written before it)."""
 
     completion: str
     final_response: str
+    answers: list[StepAnswer] = []
 
 
 class PlanRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import re
 
+from conductor.answers import agreement, normalize_text, same_answer
+
+__all__ = ["agreement", "balanced", "boxed_all", "boxed_spans", "normalize_text", "same_answer"]
+
 _BOX_CMD = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
@@ -50,13 +54,3 @@ def boxed_spans(text: str) -> list[tuple[int, int, str]]:
 def boxed_all(text: str) -> list[str]:
     """Every ``\\boxed{…}`` / ``\\fbox{…}`` in order (nested boxes count once, the outer one)."""
     return [inner for _, _, inner in boxed_spans(text)]
-
-
-def normalize_text(text: str) -> str:
-    """For the exact-match fast path: spacing, sizing commands, wrappers and trailing punctuation do not matter."""
-    t = text.strip().strip("$").strip()
-    t = re.sub(r"\\(?:left|right|displaystyle|!|,|;|:|quad|qquad)", "", t)
-    t = re.sub(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}", r"\1", t)
-    t = re.sub(r"\\[dt]frac", r"\\frac", t)
-    t = re.sub(r"\s+", "", t).rstrip(".").lower()
-    return t

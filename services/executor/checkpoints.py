@@ -27,11 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from conductor.workflow import WorkflowFormatError, validate_workflow
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PriorRound, Workflow
 from schemas.solve import RoundRecord, SolveRequest, StepRecord
 from schemas.tasks import TaskCheckpoint
+from tasks.finals import step_answers
 
 
 def refused(field: str, message: str) -> ErrorInfo:
@@ -100,8 +103,13 @@ def _finished_error(
                 return refused(f"{where}.steps[{k}].index", f"step {rec.index} recorded in place {k}")
             if (error := _record_error(rec, f"{where}.steps[{k}]", view)) is not None:
                 return error
-        produced.append(PriorRound(completion=rnd.completion, final_response=rnd.steps[-1].response))
-    if list(cp.previous) != produced:
+        answers = step_answers(rnd.steps, cp.request.domain)
+        produced.append(
+            PriorRound(completion=rnd.completion, final_response=rnd.steps[-1].response, answers=answers)
+        )
+    # a checkpoint written before schema 13 shows no step answers: the same rounds without them
+    older = [msgspec.structs.replace(p, answers=[]) for p in produced]
+    if list(cp.previous) not in (produced, older):
         return refused("previous", "the earlier rounds shown to the Conductor are not the recorded ones")
     if cp.answer != (produced[-1].final_response if produced else None):
         return refused("answer", "the standing answer is not the last round's final response")

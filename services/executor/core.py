@@ -21,6 +21,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import msgspec
@@ -43,9 +44,11 @@ from services.executor.cancels import Cancel
 from services.executor.checkpoints import checkpoint_error
 from services.executor.config import ExecutorSettings
 from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
+from services.executor.recording import record_served
 from services.executor.transport import Transport
 from services.executor.validation import step_cap, validate, workflow_error
 from services.executor.verifying import verify
+from tasks.finals import step_answers
 
 log = structlog.get_logger("conductor.executor")
 
@@ -209,7 +212,7 @@ class Executor:
             state.started_at = started_at
             state.wall_offset_s = max(0.0, time.time() - started_at)
         source = PlannerSource(self.transport, self.settings.plan_timeout_s)
-        return await self.execute(
+        result = await self.execute(
             state,
             source,
             started=started,
@@ -218,6 +221,12 @@ class Executor:
             cancel=cancel,
             tenant=tenant,
         )
+        if (
+            self.settings.record_path and req.reference is not None
+        ):  # serve-to-learn (services/executor/recording.py)
+            reference = as_reference(req.reference, req.domain)
+            await record_served(Path(self.settings.record_path), req, result, self.pool, reference)
+        return result
 
     def resumable(self, cp: TaskCheckpoint | None, req: SolveRequest) -> TaskCheckpoint | None:
         """``cp`` when it may be resumed for the delivered ``req`` (services/executor/checkpoints.py); else None,
@@ -381,7 +390,13 @@ class _TaskRun:
                 st.answer = st.answer if st.answer is not None else _best_so_far(outcome.steps)
                 break
             st.answer = outcome.answer
-            st.previous.append(PriorRound(completion=finished.completion, final_response=st.answer or ""))
+            st.previous.append(
+                PriorRound(
+                    completion=finished.completion,
+                    final_response=st.answer or "",
+                    answers=step_answers(outcome.steps, req.domain),
+                )
+            )
             await self.save()
         structlog.contextvars.unbind_contextvars("round")
         return error

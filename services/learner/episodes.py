@@ -21,7 +21,7 @@ import msgspec
 
 from conductor.pool import Pool, WorkerSpec
 from conductor.prompt import policy_messages
-from schemas.plan import PriorRound
+from schemas.plan import PriorRound, StepAnswer
 from schemas.verify import Reference
 from services.learner.config import ConfigError, DataSection
 from tasks.problem import Problem
@@ -82,12 +82,16 @@ def first_round(problem: Problem, view: list[str], *, scale: float = 1.0, recurs
     )
 
 
-def next_round(episode: Episode, completion: str, final_response: str) -> Episode:
-    """The forced recursive call after ``episode``: it sees its completion and the response it produced."""
+def next_round(
+    episode: Episode, completion: str, final_response: str, answers: Sequence[StepAnswer] = ()
+) -> Episode:
+    """The forced recursive call after ``episode``: it sees its completion, the response it produced and each of its
+    steps' final answers (``tasks.finals.step_answers`` of the rollout's steps, as the executor shows them)."""
+    prior = PriorRound(completion=completion, final_response=final_response, answers=list(answers))
     return msgspec.structs.replace(
         episode,
         round=episode.round + 1,
-        previous=[*episode.previous, PriorRound(completion=completion, final_response=final_response)],
+        previous=[*episode.previous, prior],
         scale=1.0,
         recurse=False,
     )

@@ -26,6 +26,7 @@ from collections import deque
 
 from services.learner.episodes import Episode, next_round
 from services.learner.rewards import Scored
+from tasks.finals import step_answers
 
 
 class RecursionBuffer:
@@ -58,7 +59,8 @@ class RecursionBuffer:
         if not answered:
             return None  # nothing to recurse on: an unparseable first round has no final response
         pick = self._rng.choice(answered)
-        return next_round(pick.episode, pick.completion, pick.result.answer or "")
+        answers = step_answers(pick.result.steps, pick.episode.domain)
+        return next_round(pick.episode, pick.completion, pick.result.answer or "", answers)
 
 
 def _groups(scored: list[Scored]) -> list[list[Scored]]:

@@ -1,0 +1,83 @@
+r"""Each step's final answer, short, as a recursion round shows it (docs/method.md §5; issue 33, item 5).
+
+The second round's prompt lists every first-round step's final answer on one line and says whether they agree
+(conductor/prompt.py), so a small Conductor decides from the results — hand back when the cheap attempts agree,
+escalate when they do not — without reading whole responses. The executor (a served recursion) and the learner (a
+forced second round) both build the list here, so the policy is trained on what it is served.
+
+This is what the Conductor is *shown*, not a grade: the verifier's extractors (services/verifier/extract.py,
+mcq.py) stay the judge. The reading order: a JSON object's ``"answer"`` field (how ZeroEval's prompts ask for it,
+the replay tables' recorded answers), else the last ``\boxed{}``, else the last "answer:"/"final answer:" line;
+for multiple choice the letter it names. Pure and linear-time: responses may be adversarial.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from schemas.plan import StepAnswer
+from schemas.solve import StepRecord
+from tasks.answers import boxed_all
+
+MAX_SHOWN_ANSWER_CHARS = 120
+"""A step's answer is shown up to this length: a final answer, not a derivation."""
+
+_JSON_KEY = re.compile(r'"answer"\s*:\s*')
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.){0,4000})"')
+_CUE_LINE = re.compile(
+    r"(?im)^[ \t*#>-]*(?:the\s+)?(?:final\s+answer|answer)(?:\s+is)?\s*[:：]?\s*(\S[^\n]{0,400})$"
+)
+_LETTER = re.compile(r"^\(?([A-J])(?:[).:\s]|$)")
+_THINK_END = re.compile(r"</(?:think|thinking|reasoning|thought)>", re.IGNORECASE)
+
+
+def json_answer(text: str) -> str | None:
+    """The ``"answer"`` of the first JSON object in ``text`` that has one (ZeroEval's output format), else None.
+
+    A string value is read as written, only ``\\"`` and ``\\\\`` unescaped: models write LaTeX into JSON without
+    escaping it, and a JSON decoder would read ``\\frac`` as a form feed and ``\\neq`` as a newline."""
+    for key in _JSON_KEY.finditer(text):
+        if text.rfind("{", 0, key.start()) < 0:
+            continue
+        if quoted := _QUOTED.match(text, key.end()):
+            return re.sub(r'\\([\\"])', r"\1", quoted.group(1)).strip()
+        rest = text[key.end() : key.end() + 400].split("\n", 1)[0].strip().rstrip("}").strip().rstrip(",")
+        if rest:
+            return rest.strip()
+    return None
+
+
+def _found(response: str) -> str | None:
+    text = response[m.end() :] if (m := _last(_THINK_END, response)) else response
+    if (found := json_answer(text)) is not None:
+        return found
+    if boxes := boxed_all(text):
+        return boxes[-1]
+    cues = _CUE_LINE.findall(text)
+    return cues[-1].strip().rstrip(".").strip("$* ") if cues else None
+
+
+def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    found = None
+    for found in pattern.finditer(text):  # noqa: B007 — the last match is the one wanted
+        pass
+    return found
+
+
+def step_answer(response: str, domain: str | None = None) -> str | None:
+    """The final answer a response states, compacted to one short line; None when it states none."""
+    found = _found(response)
+    if not found:
+        return None
+    if domain == "mcq" and (letter := _LETTER.match(found.strip())):
+        return letter.group(1)
+    flat = " ".join(found.split())
+    return flat if len(flat) <= MAX_SHOWN_ANSWER_CHARS else flat[: MAX_SHOWN_ANSWER_CHARS - 1] + "…"
+
+
+def step_answers(steps: Sequence[StepRecord], domain: str | None = None) -> list[StepAnswer]:
+    """What a recursion round shows of a finished round: each step's ordinal and its final answer."""
+    return [
+        StepAnswer(step=s.index, model_id=s.model_id, answer=step_answer(s.response, domain)) for s in steps
+    ]
