@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 
+from conductor.policies import PolicyRecord
 from schemas.errors import ErrorCode
 from schemas.solve import SolveResult
 
@@ -38,6 +39,9 @@ class ItemResult(msgspec.Struct, frozen=True, kw_only=True):
     version: str = (
         ""  # the benchmark's task version (tasks/registry.py) it ran under; "" in items of older runs
     )
+    # The configured Conductor that planned it (conductor/policies.py): for a strategy that runs the planner's own
+    # policy (`conductor`), when the services ran here; None for baselines, running services and older runs.
+    policy: PolicyRecord | None = None
 
     @property
     def key(self) -> Key:
@@ -91,6 +95,7 @@ def finished(
     subject: str = "",
     question: str = "",
     version: str = "",
+    policy: PolicyRecord | None = None,
 ) -> ItemResult:
     """The record of one finished task."""
     outcome, reason, code, retryable = classify(result)
@@ -108,6 +113,7 @@ def finished(
         retryable=retryable,
         result=result,
         version=version,
+        policy=policy,
     )
 
 

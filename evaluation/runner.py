@@ -6,7 +6,8 @@ Nothing is scored here: each item is a ``SolveRequest`` carrying the reference, 
 bucket instead of request/reply. Task ids are a digest of the run id and the item's key, so a rerun of a durable
 run finds tasks that finished while it was away. A service that is not there stops the run with
 ``ServiceUnreachableError``; finished items stay on disk. Each item records its benchmark's task version
-(tasks/registry.py); an item finished under another version is not "done" and runs again.
+(tasks/registry.py), and a `conductor` item the policy that planned it (``Options.policy``); an item finished under
+another version or policy is not "done" and runs again.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import nats.errors
 import nats.js.errors
 
 from conductor.client import ConductorClient, NoExecutorError, ResultNotReadyError, SolveTimeoutError
+from conductor.policies import PolicyRecord
 from evaluation import records
 from evaluation.errors import ServiceUnreachableError
 from evaluation.records import ItemResult, Key
@@ -55,6 +57,12 @@ class Options:
     pool_subset: list[str] | None = None
     timeout_s: float = 600.0
     hide_domain: bool = False  # requests name no answer type (the verifier still judges by the reference)
+    policy: PolicyRecord | None = None  # the planner's resolved policy (services started here); None: not known
+
+
+def ran_by(job: Job, options: Options) -> PolicyRecord | None:
+    """The configured policy a job's result depends on: a strategy without its own (``conductor``) runs it."""
+    return options.policy if job.strategy.policy is None else None
 
 
 def sample(problems: Sequence[Problem], limit: int | None, seed: int = 0) -> list[Problem]:
@@ -118,7 +126,7 @@ def request(job: Job, rid: str, options: Options) -> SolveRequest:
     )
 
 
-def item(job: Job, result: SolveResult) -> ItemResult:
+def item(job: Job, result: SolveResult, options: Options = Options()) -> ItemResult:
     p = job.problem
     return records.finished(
         result,
@@ -130,6 +138,7 @@ def item(job: Job, result: SolveResult) -> ItemResult:
         subject=p.subject,
         question=p.question,
         version=job.version,
+        policy=ran_by(job, options),
     )
 
 
@@ -144,12 +153,12 @@ class Runner:
 
     def pending(self, jobs: Sequence[Job]) -> tuple[list[Job], dict[Key, ItemResult]]:
         """The jobs still to run and the finished items (by key) of this run's jobs: an item is done when it did
-        not fail transiently and ran under the job's task version."""
-        versions = {j.key: j.version for j in jobs}
+        not fail transiently and ran under the job's task version and policy."""
+        expected = {j.key: (j.version, ran_by(j, self.options)) for j in jobs}
         done = {
             k: v
             for k, v in records.load(self.items_path).items()
-            if not v.retryable and k in versions and v.version == versions[k]
+            if not v.retryable and k in expected and (v.version, v.policy) == expected[k]
         }
         return [j for j in jobs if j.key not in done], done
 
@@ -161,8 +170,8 @@ class Runner:
 
         async def one(job: Job) -> None:
             async with sem:
-                result = await self._solve(request(job, rid, self.options))
-            done = item(job, result)
+                result = await self.solve(request(job, rid, self.options))
+            done = item(job, result, self.options)
             records.append(self.items_path, done)
             finished.append(done)
             on_item(done)
@@ -175,7 +184,9 @@ class Runner:
             raise failed.exceptions[0] from None
         return finished
 
-    async def _solve(self, req: SolveRequest) -> SolveResult:
+    async def solve(self, req: SolveRequest) -> SolveResult:
+        """One request through the services; a missing service is ``ServiceUnreachableError``, a timeout an error
+        result (retryable)."""
         timeout = self.options.timeout_s
         try:
             if not self.options.durable:

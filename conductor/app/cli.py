@@ -395,6 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     from conductor.app.evaluate import add_eval_command
 
     add_eval_command(sub)
+    from conductor.app.record import add_record_command
+
+    add_record_command(sub)
     from services.verifier.cli import add_verify_command
 
     add_verify_command(sub)
