@@ -20,7 +20,7 @@ import nats
 import nats.errors
 import nats.js.errors as js_errors
 
-from conductor import tracing
+from conductor import stored, tracing
 from conductor.access import CLIENT
 from conductor.credentials import Connection, connection, refusal, user_of
 from conductor.endpoints import Requester
@@ -48,6 +48,7 @@ from schemas.solve import (
 from schemas.tasks import Names, task_key
 
 _result_dec = msgspec.json.Decoder(SOLVE.reply)
+RESULTS_STORE = "results"  # ``conductor_store_entries_refused`` label
 _event_dec = msgspec.json.Decoder(ProgressEvent)
 
 
@@ -224,20 +225,30 @@ class ConductorClient:
         await js.publish(names.submit(self.tenant), encode(req), stream=names.tasks_stream, headers=headers)
         return task_id
 
-    async def result(self, task_id: str, *, wait: float = 0.0) -> SolveResult:
+    async def result(self, task_id: str, *, wait: float = 0.0, key: str | None = None) -> SolveResult:
         """The stored result of this tenant's durable task; with ``wait`` > 0, poll for it up to that many seconds.
         Read with a direct get naming the key (conductor/access.py: a tenant may read no other way), so a task id
-        is looked up under this tenant's name only."""
+        is looked up under this tenant's name only. An entry there that does not decode, or that is not the
+        executor's result for this tenant's task (and the gateway's ``key``), is not a result (conductor/stored.py)."""
         assert self._nc is not None, "use `async with ConductorClient(...)`"
         names = Names.for_prefix(self.settings.subject_prefix)
         deadline = asyncio.get_running_loop().time() + wait
+        seen: bytes | None = (
+            None  # the last entry found that is not the task's result (refused once, not per poll)
+        )
         while True:
-            stored = await self._stored(names, task_id)
-            if stored is not None:
-                return _result_dec.decode(stored)
+            data = await self._stored(names, task_id)
+            if data is not None and data != seen:
+                found = stored.result(data, RESULTS_STORE, self.tenant, task_id, key)
+                if found is not None:
+                    return found
+                seen = data
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
-                raise ResultNotReadyError(f"no result for task {task_id} yet")
+                ignored = (
+                    "" if seen is None else " (the entry stored under its name is not its result: ignored)"
+                )
+                raise ResultNotReadyError(f"no result for task {task_id} yet{ignored}")
             await asyncio.sleep(min(0.05, remaining))
 
     async def _stored(self, names: Names, task_id: str) -> bytes | None:

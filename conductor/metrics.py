@@ -54,6 +54,14 @@ REFUSED_REPLIES = _counter(
     "(a confused-deputy attempt: a reply aimed at a result, event, KV or JetStream API subject).",
     ["subject"],
 )
+STORE_REFUSED = _counter(
+    "conductor_store_entries_refused",
+    "Stored entries a reader treated as absent (issue 34): store is the bucket or stream kind (results, "
+    "result_events, cancels, gateway_quota, worker_limits, policy_versions); reason is undecodable or foreign "
+    "(another tenant's, key's or task's). nats-server stores what is aimed at a subject as a reply, so a count here "
+    "is a write nobody meant.",
+    ["store", "reason"],
+)
 TASKS = _counter(
     "conductor_tasks", "Tasks finished by the executor, by outcome (ok or the error code).", ["outcome"]
 )
@@ -147,6 +155,11 @@ def exposition() -> bytes:
 
 def refused_reply(subject: str) -> None:
     _series(REFUSED_REPLIES, subject).inc()
+
+
+def store_entry_refused(store: str, reason: str) -> None:
+    """A stored entry read as absent (``STORE_REFUSED``); ``store`` and ``reason`` are constants of the callers."""
+    _series(STORE_REFUSED, store, reason).inc()
 
 
 def bad_request(subject: str) -> None:

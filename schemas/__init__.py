@@ -39,4 +39,8 @@ from, and is served on views of those workers only.
 12: ``PolicyCard.questions`` (issue 18, item 6): a policy trained on registry questions, each carrying its answer-format
 instruction (``harness``, the default), is shown a user's question with that instruction added when it has none.
 13: ``PriorRound.answers`` (issue 33, item 5): a recursion round shows each earlier step's final answer compactly
-(``StepAnswer``), so the Conductor can hand back when they agree and escalate when they do not."""
+(``StepAnswer``), so the Conductor can hand back when they agree and escalate when they do not. Also stores that check
+what they read (issue 34, item 2): ``SolveResult.tenant``/``key`` (written by the executor; a reader treats a result
+naming another tenant or key as absent), ``SolveRequest.key`` (the gateway's API key name, echoed),
+``CancelRequest.tenant``; ``CancelRequest`` refuses unknown fields (an exception to rule 4: a foreign message aimed
+at a cancel subject must not decode as a cancel)."""

@@ -125,6 +125,14 @@ class SolveRequest(msgspec.Struct, frozen=True, kw_only=True):
             "CancelRequest on conductor.cancel.<tenant>.<task_id>."
         ),
     ] = None
+    # Schema 13: which of its API keys the gateway runs the task for. The executor echoes it into the result, and
+    # the gateway reads back only a result that names the key it asked for (docs/tenancy.md).
+    key: Annotated[
+        str | None,
+        Meta(
+            description="The gateway's API key name the task is for; echoed in the result. Clients leave it unset."
+        ),
+    ] = None
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -180,6 +188,21 @@ class SolveResult(msgspec.Struct, frozen=True, kw_only=True):
     error: Annotated[ErrorInfo | None, Meta(description="Why there is no (complete) answer.")] = None
     latency_s: float = 0.0
     schema_version: Annotated[int, Meta(description="The schema version of the writer.")] = SCHEMA_VERSION
+    # Schema 13: whose result this is, written by the executor. A reader treats a stored result or result event
+    # naming another tenant (or key) than its own as absent: nats-server can be made to store a foreign message
+    # under a tenant's key (a reply subject aimed there), and only the executor writes these fields.
+    tenant: Annotated[
+        str | None, Meta(description="The task's tenant, written by the executor (schema 13).")
+    ] = None
+    key: Annotated[
+        str | None, Meta(description="The gateway API key name of the task, when it has one (schema 13).")
+    ] = None
+
+
+def belongs(result: SolveResult, tenant: str, task_id: str, key: str | None = None) -> bool:
+    """Whether a stored result (or result event) is the one the executor wrote for ``tenant``'s ``task_id`` (and
+    the gateway's ``key``): anything else found under that name was put there by someone else and is not believed."""
+    return result.tenant == tenant and result.task_id == task_id and (key is None or result.key == key)
 
 
 SOLVE: RequestReply[SolveRequest, SolveResult] = RequestReply(
@@ -200,13 +223,20 @@ SOLVE: RequestReply[SolveRequest, SolveResult] = RequestReply(
 )
 
 
-class CancelRequest(msgspec.Struct, frozen=True, kw_only=True):
+class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Stop a running task: no further plan or worker call starts for it (one already running finishes and is
     paid for); its result, carrying what ran and its usage with the error ``cancelled``, goes where it always goes
-    (the solve's reply, or the results bucket and event of a durable task)."""
+    (the solve's reply, or the results bucket and event of a durable task).
+
+    Unknown fields are refused (schema 13): any JSON object with a ``task_id`` — another tenant's result aimed at a
+    cancel subject as a reply — would otherwise decode as a cancel. ``tenant``, when given, must be the subject's."""
 
     task_id: str
     reason: Annotated[str, Meta(max_length=500, description="Why, for the result's error message.")] = ""
+    tenant: Annotated[
+        Annotated[str, Meta(pattern=TENANT_PATTERN)] | None,
+        Meta(description="The sender's tenant (schema 13); when set, it must be the subject's."),
+    ] = None
 
 
 CANCEL: Event[CancelRequest] = Event(

@@ -36,6 +36,7 @@ from services.executor.store import TaskStore, tasks_stream
 from services.executor.transport import NatsTransport, Transport
 
 log = structlog.get_logger("conductor.executor")
+CANCELS = "cancels"  # ``metrics.store_entry_refused`` label
 
 
 class ExecutorService:
@@ -143,6 +144,7 @@ class ExecutorService:
 
         with self.cancels.watch(tenant, req) as cancel:
             result = await self.executor.solve(req, tenant=tenant, checkpoint=checkpoint, cancel=cancel)
+        result = msgspec.structs.replace(result, tenant=tenant, key=req.key)
         log.info(
             "task finished", task_id=result.task_id, tenant=tenant, error=result.error and result.error.code
         )
@@ -155,13 +157,15 @@ class ExecutorService:
         where = parse_subject(msg.subject, self.settings.common.subject_prefix)
         try:
             ask = msgspec.json.decode(msg.data, type=CancelRequest)
-        except msgspec.DecodeError as exc:
-            log.warning("undecodable cancel ignored", subject=msg.subject, error=str(exc))
+        except msgspec.DecodeError as exc:  # also any other JSON object aimed here as a reply (issue 34)
+            log.warning("undecodable cancel ignored", subject=msg.subject, error=str(exc)[:200])
+            metrics.store_entry_refused(CANCELS, "undecodable")
             return
-        if where is None or where[1] != ask.task_id:
+        if where is None or where[1] != ask.task_id or ask.tenant not in (None, where[0]):
             log.warning(
                 "cancel for another task than its subject's ignored", subject=msg.subject, task_id=ask.task_id
             )
+            metrics.store_entry_refused(CANCELS, "foreign")
             return
         tenant, task_id = where
         if self.cancels.cancel(tenant, task_id, ask.reason):

@@ -5,6 +5,7 @@ FastStream's default for NATS drops a message whose handler raises; here every o
 | outcome of one delivery                              | action                                              |
 |------------------------------------------------------|-----------------------------------------------------|
 | result already stored (a redelivery after success)   | re-publish the result event (deduplicated), ack     |
+| stored entry not this task's result (issue 34)       | ignored (logged, counted), replaced by CAS when done|
 | its subject names no tenant (only w/o authorization) | dropped (logged, counted), ack: no one can read it  |
 | bad input (undecodable, invalid)                     | typed error result stored and published, ack        |
 | checkpoint refused (not this task's or request's,    | checkpoint dropped (logged); the task starts afresh |
@@ -169,6 +170,7 @@ class Intake:
                     task_id=task_id,
                     error=ErrorInfo(code=ErrorCode.INTERNAL, message=repr(exc), retryable=True),
                 )
+            result = msgspec.structs.replace(result, key=req.key)
             if is_transient(result.error):
                 await self._retry_or_dead_letter(msg, tenant, req, result, delivered, started_at)
                 return
@@ -262,9 +264,11 @@ class Intake:
     async def _finish(self, msg: Msg, tenant: str, result: SolveResult, *, counted: bool) -> None:
         """Store (first writer wins), publish once, ack, then forget the checkpoint — in that order, so a crash
         at any point leaves either a redelivery that finds the stored result or the checkpoint to resume from.
-        ``counted``: this delivery produced the result (a redelivery finding a stored one is not a new task)."""
+        ``counted``: this delivery produced the result (a redelivery finding a stored one is not a new task). The
+        result is stamped with its tenant (and carries the gateway's key, when the request named one)."""
         if counted:
             metrics.task_finished(result, SUBMIT_SUBJECT)
+        result = msgspec.structs.replace(result, tenant=tenant)  # whose it is: readers check it
         key = task_key(tenant, result.task_id)
         stored = await self.store.store_result(key, result)
         await self.store.publish_result_event(key, stored)

@@ -12,10 +12,12 @@ from __future__ import annotations
 import msgspec
 import nats.js.api as js_api
 import nats.js.errors as js_errors
+import structlog
 from faststream.nats import JStream
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
+from conductor import stored
 from conductor.wire import encode
 from schemas.solve import SolveResult
 from schemas.tasks import (
@@ -26,8 +28,18 @@ from schemas.tasks import (
 )
 from services.executor.config import StoreSettings
 
-_result_dec = msgspec.json.Decoder(SolveResult)
 _checkpoint_dec = msgspec.json.Decoder(TaskCheckpoint)
+log = structlog.get_logger("conductor.executor.store")
+RESULTS_STORE = "results"  # ``metrics.store_entry_refused`` labels
+RESULT_EVENTS_STORE = "result_events"
+REPLACE_TRIES = 10
+
+
+def checked(data: bytes | None, key: str, store: str) -> SolveResult | None:
+    """The result stored under ``key`` (``<tenant>.<task_id>``) if it is the one the executor wrote for that task
+    (conductor/stored.py); else None, logged and counted."""
+    tenant, _, task_id = key.partition(".")
+    return stored.result(data, store, tenant, task_id)
 
 
 async def ensure_stream(js: JetStreamContext, config: js_api.StreamConfig) -> None:
@@ -116,32 +128,53 @@ class TaskStore:
         return self._checkpoints
 
     async def result(self, key: str) -> SolveResult | None:
+        """The task's stored result; None when there is none, or when what is stored there is not the executor's
+        result for that task (``checked``)."""
+        result, _ = await self._stored_result(key)
+        return result
+
+    async def _stored_result(self, key: str) -> tuple[SolveResult | None, int | None]:
+        """(the task's own result or None, the entry's revision: None when the key holds nothing)."""
         try:
             entry = await self.results.get(key)
         except js_errors.KeyNotFoundError:
-            return None
-        return _result_dec.decode(entry.value) if entry.value else None
+            return None, None
+        return checked(entry.value, key, RESULTS_STORE), entry.revision
 
     async def store_result(self, key: str, result: SolveResult) -> SolveResult:
-        """Store the final result once; if another delivery stored one first, that one wins and is returned."""
-        try:
-            await self.results.create(key, encode(result))
-        except js_errors.KeyWrongLastSequenceError:
-            existing = await self.result(key)
+        """Store the final result once; if another delivery stored one first, that one wins and is returned. An
+        entry that is not a result of this task (``checked``) is replaced by compare-and-set: it is not the task's
+        answer, and left there it would hide the real one forever."""
+        for _ in range(REPLACE_TRIES):
+            existing, revision = await self._stored_result(key)
             if existing is not None:
                 return existing
-            raise
-        return result
+            try:
+                if revision is None:
+                    await self.results.create(key, encode(result))
+                else:
+                    await self.results.update(key, encode(result), last=revision)
+                    log.warning("foreign stored result replaced by the task's own", key=key)
+                return result
+            except (js_errors.KeyWrongLastSequenceError, js_errors.KeyDeletedError):
+                continue  # written meanwhile: read again
+        raise RuntimeError(f"the stored result of {key} kept changing while it was written")
 
     async def publish_result_event(self, key: str, result: SolveResult) -> None:
-        """Publish once per task: deduplicated by its key, and skipped when the subject already holds it."""
+        """Publish once per task: deduplicated by its key, and skipped when the subject already holds it. A message
+        there that is not this task's result event (``checked``) does not count: the event is published over it
+        (one message per subject), with a deduplication id of its own so the first event's id does not drop it."""
         subject = f"{self.names.result_prefix}.{key}"
+        msg_id = key
         try:
-            await self.js.get_last_msg(self.names.result_events_stream, subject)
-            return
+            held = await self.js.get_last_msg(self.names.result_events_stream, subject)
         except js_errors.NotFoundError:
-            pass
-        await self.js.publish(subject, encode(result), headers={"Nats-Msg-Id": key})
+            held = None
+        if held is not None:
+            if checked(held.data, key, RESULT_EVENTS_STORE) is not None:
+                return
+            msg_id = f"{key}@{held.seq}"
+        await self.js.publish(subject, encode(result), headers={"Nats-Msg-Id": msg_id})
 
     async def checkpoint(self, key: str) -> TaskCheckpoint | None:
         try:

@@ -141,11 +141,13 @@ class Bus:
             ) from exc
         except js_errors.APIError as exc:
             raise store_refused(exc, "the durable task queue did not accept the task") from exc
-        return await self.result(task_id, wait=timeout)
+        return await self.result(task_id, wait=timeout, key=req.key)
 
-    async def result(self, task_id: str, *, wait: float) -> SolveResult:
+    async def result(self, task_id: str, *, wait: float, key: str | None) -> SolveResult:
+        """The stored result of ``task_id``, only if the executor wrote it for this tenant and ``key`` (an entry
+        that is not is absent: conductor/stored.py)."""
         try:
-            return await self._client.result(task_id, wait=wait)
+            return await self._client.result(task_id, wait=wait, key=key)
         except ResultNotReadyError as exc:
             raise pending(task_id) from exc
         except msgspec.DecodeError as exc:
@@ -154,7 +156,8 @@ class Bus:
     async def cancel(self, task_id: str, reason: str) -> None:
         """Ask the executor running ``task_id`` to stop it (schemas/solve.py ``CANCEL``); best effort."""
         subject = self._settings.subject(cancel_subject(self.tenant, task_id))
-        await self._nc.publish(subject, encode(CancelRequest(task_id=task_id, reason=reason)))
+        ask = CancelRequest(task_id=task_id, reason=reason, tenant=self.tenant)
+        await self._nc.publish(subject, encode(ask))
 
     @contextlib.asynccontextmanager
     async def progress(self, task_id: str) -> AsyncIterator[asyncio.Queue[ProgressEvent]]:

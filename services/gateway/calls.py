@@ -89,6 +89,9 @@ class Calls:
     async def admit(self, key: ApiKey, solve: SolveRequest) -> tuple[SolveRequest, Hold | None]:
         """Count the request against the key's limits and reserve its spend (services/gateway/quota.py); the
         request with that reservation as its budget, and the hold to settle."""
+        solve = msgspec.structs.replace(
+            solve, key=key.name
+        )  # echoed in its result: read back for this key only
         hold = None
         if key.spend_usd_per_day is not None or key.max_in_flight is not None:
             usd = key.reserve_usd or self.settings.reserve_usd

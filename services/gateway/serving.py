@@ -101,7 +101,7 @@ class Serving:
             raise GatewayError(
                 404, f"no task {task_id} for this key", kind="invalid_request_error", code="task_not_found"
             )
-        result = await self.bus.result(task_id, wait=0.0)
+        result = await self.bus.result(task_id, wait=0.0, key=key.name)
         return completion(result, CONDUCTOR_MODEL, int(time.time()))
 
 

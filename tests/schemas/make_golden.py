@@ -370,6 +370,20 @@ PAYLOADS: dict[str, object] = {
         attempts=5,
         errors=[ErrorInfo(code=ErrorCode.UNAVAILABLE, message="planner did not answer", retryable=True)],
     ),
+    "solve_result_v13": SolveResult(
+        task_id="team-a.0f9c2d7e4b1a4c8e9d3f6a2b5c7e1d40",
+        answer="\\boxed{2}",
+        workflows=[ROUND],
+        usage=UsageSummary(by_worker={"sim-math": U}, total=U),
+        latency_s=1.2,
+        schema_version=13,
+        tenant="gateway",
+        key="team-a",
+    ),
+    "solve_request_v13": msgspec.structs.replace(
+        SOLVE_REQ, task_id="team-a.0f9c2d7e4b1a4c8e9d3f6a2b5c7e1d40", key="team-a"
+    ),
+    "cancel_request_v13": CancelRequest(task_id="t-1", reason="the HTTP client hung up", tenant="acme"),
 }
 
 if __name__ == "__main__":
