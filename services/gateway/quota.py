@@ -23,16 +23,18 @@ import msgspec
 import nats.js.errors as js_errors
 from nats.js.kv import KeyValue
 
+from conductor import stored
 from services.gateway.bus import store_refused
 from services.gateway.errors import GatewayError
 from services.gateway.keys import ApiKey
 
 CAS_TRIES = 50
+QUOTA_STORE = "gateway_quota"  # ``conductor_store_entries_refused`` label
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's codes for a lost compare-and-set (another replica wrote first): the only failure retried here."""
 
 
-class Hold(msgspec.Struct, frozen=True, kw_only=True):
+class Hold(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Dollars reserved by one running request, until it settles or ``expires`` (unix seconds)."""
 
     id: str
@@ -40,7 +42,10 @@ class Hold(msgspec.Struct, frozen=True, kw_only=True):
     expires: float
 
 
-class KeyLoad(msgspec.Struct, frozen=True, kw_only=True):
+class KeyLoad(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A key's record. Unknown fields are refused: every field has a default, so any JSON object stored here (a
+    PubAck aimed at the key as a reply, issue 34) would otherwise read as a fresh record with nothing spent."""
+
     minute: int = 0
     requests: int = 0
     day: int = 0
@@ -133,7 +138,11 @@ class Quotas:
         for _ in range(CAS_TRIES):
             try:
                 entry = await self._kv.get(name)
-                load, revision = _dec.decode(entry.value) if entry.value else KeyLoad(), entry.revision
+                revision = entry.revision
+                # not a record (conductor/stored.py): logged, counted, and overwritten by this compare-and-set
+                load = (
+                    stored.record(entry.value, _dec, QUOTA_STORE, name) if entry.value else None
+                ) or KeyLoad()
             except js_errors.KeyNotFoundError:
                 load, revision = KeyLoad(), None
             new = change(load)  # raises the 429

@@ -44,6 +44,7 @@ import nats.js.errors as js_errors
 import structlog
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from conductor import stored
 from conductor.aio import stop_task
 from conductor.pool import Pool, WorkerSpec
 from schemas.work import ChatMessage
@@ -58,16 +59,19 @@ KEY_PREFIX = "load"
 CAS_TRIES = 50  # a record rewritten this often under us means something is badly wrong; fail open and log
 TASK_STOP_S = 1.0  # how long to wait for a cancelled mirror or heartbeat to end (see conductor.aio.stop_task)
 MIRROR_CHECK_S = 0.5  # how often the mirror looks for a reconnect (a local counter, no I/O)
+LIMITS_STORE = "worker_limits"  # ``conductor_store_entries_refused`` label
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers; only for charging tpm
 
 
-class Holding(msgspec.Struct, frozen=True, kw_only=True):
+class Holding(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     slots: int
     expires_at: float
 
 
-class WorkerLoad(msgspec.Struct, frozen=True, kw_only=True):
-    """One worker's deployment-wide state. ``window`` numbers the current minute; counts are reservations."""
+class WorkerLoad(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One worker's deployment-wide state. ``window`` numbers the current minute; counts are reservations. Unknown
+    fields are refused: every field has a default, so any JSON object stored here (a PubAck aimed at the key as a
+    reply, issue 34) would otherwise read as a wiped record."""
 
     holders: dict[str, Holding] = {}  # replica -> concurrency slots it holds
     wanted: dict[str, float] = {}  # replica -> until when it asks for slots (it found none free)
@@ -550,9 +554,10 @@ class SharedLimitsError(RuntimeError):
     """The shared record could not be updated (endless CAS conflicts); callers fall back to local limits."""
 
 
+_load_dec = msgspec.json.Decoder(WorkerLoad)
+
+
 def _decode(key: str, value: bytes | None) -> WorkerLoad:
-    try:
-        return msgspec.json.decode(value or b"{}", type=WorkerLoad)
-    except msgspec.DecodeError as exc:  # an incompatible writer: start from empty; our next CAS overwrites it
-        log.warning("unreadable limits record", key=key, error=str(exc))
-        return WorkerLoad()
+    """The stored record; one that is not a record (conductor/stored.py) reads as empty, logged and counted, and
+    our next compare-and-set overwrites it."""
+    return stored.record(value or b"{}", _load_dec, LIMITS_STORE, key) or WorkerLoad()

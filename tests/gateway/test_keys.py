@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import types
+
+import msgspec
 import pytest
 
+from conductor import metrics
 from services.gateway.errors import GatewayError
-from services.gateway.keys import KeyRing, KeysFileError, entry_toml, new_key
-from services.gateway.quota import KeyLoad, admit_load, charge_load
+from services.gateway.keys import ApiKey, KeyRing, KeysFileError, entry_toml, new_key
+from services.gateway.quota import KeyLoad, Quotas, admit_load, charge_load
 
 
 def test_a_new_key_is_found_by_its_digest_and_the_file_never_holds_it(tmp_path):
@@ -92,3 +96,35 @@ def test_holds_reserve_spend_and_count_requests_in_flight():
     assert err.value.code == "in_flight_limit_exceeded"
     later = now + 601  # every hold expired: the gateway that took them is gone
     assert admit_load(load, key, later, Hold(id="y", usd=0.3, expires=later + 600)).holds[-1].id == "y"
+
+
+class _KV:
+    """A one-key KV with revisions and compare-and-set, as JetStream's."""
+
+    def __init__(self, value: bytes) -> None:
+        self.value, self.revision = value, 1
+
+    async def get(self, name):
+        return types.SimpleNamespace(value=self.value, revision=self.revision)
+
+    async def update(self, name, value, last):
+        assert last == self.revision
+        self.value, self.revision = value, self.revision + 1
+
+    async def create(self, name, value):
+        raise AssertionError("the key exists")
+
+
+async def test_a_foreign_object_stored_as_a_key_record_is_refused_counted_and_replaced():
+    """A PubAck aimed at a key's record as a reply (issue 34) is not a record with nothing spent that reads as one
+    silently: refused, counted, and overwritten by the next compare-and-set."""
+    labels = {"store": "gateway_quota", "reason": "undecodable"}
+    before = metrics.REGISTRY.get_sample_value("conductor_store_entries_refused_total", labels) or 0.0
+    puback = b'{"stream":"KV_CONDUCTOR_GATEWAY_QUOTA","seq":9}'
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(puback, type=KeyLoad)
+    kv = _KV(puback)
+    key = ApiKey(name="k", sha256="0" * 64, rpm=10)
+    await Quotas(kv, clock=lambda: 1_000_000.0).admit(key)  # type: ignore[arg-type]
+    assert metrics.REGISTRY.get_sample_value("conductor_store_entries_refused_total", labels) == before + 1
+    assert msgspec.json.decode(kv.value, type=KeyLoad).requests == 1 and kv.revision == 2

@@ -116,3 +116,18 @@ def test_shared_settings_from_env_and_pool_rates():
     assert parse_pool(base + "rpm = 60\ntpm = 1000\n").workers[0].rpm == 60
     with pytest.raises(PoolError, match=r"workers\[0\]\.tpm: Expected `int` >= 1"):
         parse_pool(base + "tpm = 0\n")
+
+
+def test_a_foreign_object_stored_as_a_limits_record_is_refused_and_counted():
+    """A PubAck aimed at the record as a reply (issue 34) must not read silently as an empty record."""
+    from conductor import metrics
+    from services.worker_adapter.limits import _decode
+
+    labels = {"store": "worker_limits", "reason": "undecodable"}
+    before = metrics.REGISTRY.get_sample_value("conductor_store_entries_refused_total", labels) or 0.0
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"stream":"KV_CONDUCTOR_LIMITS","seq":3}', type=WorkerLoad)
+    assert _decode("w", b'{"stream":"KV_CONDUCTOR_LIMITS","seq":3}') == WorkerLoad()
+    assert metrics.REGISTRY.get_sample_value("conductor_store_entries_refused_total", labels) == before + 1
+    held = WorkerLoad(holders={"a": Holding(slots=1, expires_at=NOW)}, requests=2)
+    assert _decode("w", msgspec.json.encode(held)) == held
