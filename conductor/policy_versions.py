@@ -37,6 +37,7 @@ import nats.errors
 import nats.js.errors
 from nats.js.api import ObjectMeta, ObjectStoreConfig, StorageType
 
+from conductor import stored
 from conductor.settings import Env
 from schemas.learner import POLICY_SUBJECT_PREFIX, PolicyCard, PolicyVersion
 
@@ -374,21 +375,58 @@ def _described(info: Any) -> PolicyVersion | None:
         return None
 
 
-async def list_versions(js: Any, bucket: str) -> list[PolicyVersion]:
-    """Every version in the bucket (objects without a valid ``PolicyVersion`` are skipped), oldest first."""
+LIST_TIMEOUT_S = 10.0
+"""The longest listing the bucket may take: a planner starting up must not wait on it forever (issue 34)."""
+VERSIONS_STORE = "policy_versions"  # ``conductor_store_entries_refused`` label
+
+
+class _Meta(msgspec.Struct, kw_only=True):
+    """The part of an Object Store meta message (nats-py's ``ObjectInfo`` as JSON) a listing reads."""
+
+    name: str
+    description: str | None = None
+    deleted: bool | None = None
+
+
+_meta_dec = msgspec.json.Decoder(_Meta)
+
+
+async def list_versions(js: Any, bucket: str, *, timeout: float = LIST_TIMEOUT_S) -> list[PolicyVersion]:
+    """Every version in the bucket, oldest first, within ``timeout`` (else ``VersionError('unavailable')``).
+
+    Read meta by meta (the stream's meta subjects, then each one's last message) rather than with nats-py's
+    ``ObjectStore.list``: its watch stops for good at a meta that does not decode — any message aimed at a meta
+    subject as a reply is stored there (issue 34) — and the listing then never ends. A meta that does not decode,
+    or whose description is no ``PolicyVersion``, is skipped (logged, counted)."""
+    stream, metas = f"OBJ_{bucket}", f"$O.{bucket}.M.>"
     try:
-        store = await open_bucket(js, bucket)
-        infos = await store.list(ignore_deletes=True)
-    except VersionError as exc:
-        if exc.reason == "missing":
-            return []
-        raise
-    except nats.js.errors.NotFoundError:  # an empty bucket
-        return []
+        async with asyncio.timeout(timeout):
+            try:
+                info = await js.stream_info(stream, subjects_filter=metas)
+            except nats.js.errors.NotFoundError:  # no bucket yet
+                return []
+            found = []
+            for subject in sorted(info.state.subjects or {}):
+                msg = await js.get_last_msg(stream, subject)
+                version = _version_of(msg.data, subject)
+                if version is not None:
+                    found.append(version)
+    except TimeoutError as exc:
+        raise VersionError("unavailable", f"listing {bucket} took longer than {timeout:g}s") from exc
     except (nats.errors.Error, nats.js.errors.Error) as exc:
         raise _unavailable(f"listing {bucket}", exc) from exc
-    found = [v for v in map(_described, infos) if v is not None]
     return sorted(found, key=lambda v: v.created)
+
+
+def _version_of(data: bytes, subject: str) -> PolicyVersion | None:
+    """The version a meta message describes; None for a deleted object (not counted) or anything else (counted)."""
+    meta = stored.record(data, _meta_dec, VERSIONS_STORE, subject)
+    if meta is None or meta.deleted:
+        return None
+    version = _described(meta)
+    if version is None:
+        stored.refused(VERSIONS_STORE, subject, stored.UNDECODABLE, object=meta.name[:200])
+    return version
 
 
 async def fetch(js: Any, bucket: str, version: PolicyVersion, into: Path, *, max_bytes: int) -> Path:
