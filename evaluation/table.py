@@ -22,6 +22,7 @@ import msgspec
 from rich.table import Table
 
 from conductor.money import usd
+from conductor.policies import PolicyRecord
 from evaluation.records import ItemResult
 
 AVERAGE = "average"
@@ -55,6 +56,9 @@ class Results(msgspec.Struct, frozen=True, kw_only=True):
     steps_histogram: dict[str, dict[int, int]]  # strategy -> steps in a workflow -> workflows
     meta: dict[str, str] = {}
     versions: dict[str, str] = {}  # benchmark -> its task version (tasks/registry.py)
+    # The embedded planner's Conductor (conductor/policies.py): what the `conductor` rows ran; None with running
+    # services, whose planner chose its own.
+    policy: PolicyRecord | None = None
 
     def row(self, strategy: str, benchmark: str) -> Row | None:
         return next((r for r in self.rows if r.strategy == strategy and r.benchmark == benchmark), None)
