@@ -241,8 +241,11 @@ class Journal:
             fh.write(_encoder.encode(rec) + b"\n")
 
     def fold(self) -> Table:
-        """Table and journal into the table (atomically), then the journal removed; the folded table."""
+        """Table and journal into the table (atomically), then the journal removed; the folded table. A run folds
+        an earlier run's journal before its first append, so nothing is ever appended after a cut-off line."""
         table = self.load()
+        if not self.path.exists():
+            return table
         write_table(self.table, table)
         self.path.unlink(missing_ok=True)
         return table

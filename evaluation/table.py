@@ -22,7 +22,7 @@ import msgspec
 from rich.table import Table
 
 from conductor.money import usd
-from conductor.policies import PolicyRecord
+from evaluation import routers
 from evaluation.records import ItemResult
 
 AVERAGE = "average"
@@ -56,9 +56,9 @@ class Results(msgspec.Struct, frozen=True, kw_only=True):
     steps_histogram: dict[str, dict[int, int]]  # strategy -> steps in a workflow -> workflows
     meta: dict[str, str] = {}
     versions: dict[str, str] = {}  # benchmark -> its task version (tasks/registry.py)
-    # The embedded planner's Conductor (conductor/policies.py): what the `conductor` rows ran; None with running
-    # services, whose planner chose its own.
-    policy: PolicyRecord | None = None
+    # strategy -> RouterBench's AIQ of the single workers' points plus its own (``with_aiq``); {} without them
+    aiq: dict[str, float] = {}
+    aiq_workers: float | None = None  # the single workers' points alone: RouterBench's "zero router"
 
     def row(self, strategy: str, benchmark: str) -> Row | None:
         return next((r for r in self.rows if r.strategy == strategy and r.benchmark == benchmark), None)
@@ -147,6 +147,28 @@ def summarize(
     )
 
 
+def with_aiq(results: Results) -> Results:
+    """``results`` with RouterBench's AIQ (evaluation/routers.py ``aiq``, accuracy in [0, 1] over the run's cost
+    range) of the ``single:NAME`` rows' hull — RouterBench's zero router — and, per strategy, of that hull with the
+    strategy's point added: how far the strategy lifts the plane the workers alone span. Unchanged without two
+    single workers or without a cost range."""
+    points = {
+        s: (row.cost_per_question, row.accuracy.mean)
+        for s in results.strategies
+        if (row := results.row(s, AVERAGE)) is not None
+    }
+    fixed = [p for s, p in points.items() if s.startswith("single:")]
+    costs = [c for c, _ in points.values()]
+    if len(fixed) < 2 or not costs or max(costs) <= min(costs):
+        return results
+    lo, hi = min(costs), max(costs)
+    return msgspec.structs.replace(
+        results,
+        aiq={s: routers.aiq([*fixed, p], lo, hi) for s, p in points.items()},
+        aiq_workers=routers.aiq(fixed, lo, hi),
+    )
+
+
 def pct(cell: Cell) -> str:
     """``72.35 ± 1.20`` (percent); ``72.35`` with one repeat."""
     return f"{100 * cell.mean:.2f}" + ("" if cell.se is None else f" ± {100 * cell.se:.2f}")
@@ -159,8 +181,12 @@ def version_line(results: Results) -> str:
 
 def rich_table(results: Results, title: str = "Accuracy (%), mean ± SE over repeats") -> Table:
     versions = version_line(results)
-    table = Table(title=title, caption=f"task versions: {versions}" if versions else None)
-    for col in ("strategy", *results.benchmarks, "Average", "tokens/q", "$/q", "steps/wf"):
+    captions = [f"task versions: {versions}"] if versions else []
+    if results.aiq_workers is not None:
+        captions.append(f"AIQ: the workers alone {results.aiq_workers:.4f}; each row: the workers plus it")
+    table = Table(title=title, caption=" · ".join(captions) or None)
+    aiq = ("AIQ",) if results.aiq else ()
+    for col in ("strategy", *results.benchmarks, "Average", "tokens/q", "$/q", "steps/wf", *aiq):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in results.strategies:
         avg = results.row(s, AVERAGE)
@@ -174,6 +200,7 @@ def rich_table(results: Results, title: str = "Accuracy (%), mean ± SE over rep
             f"{avg.tokens_per_question:,.0f}",
             usd(avg.cost_per_question),
             f"{avg.steps_per_workflow:.2f}",
+            *([f"{results.aiq[s]:.4f}"] if s in results.aiq else ["—"] if results.aiq else []),
         )
     return table
 

@@ -4,11 +4,6 @@ Like `conductor demo` (one code path, conductor/app/stack.py): with nothing reac
 embedded nats-server and every service here; with services running there, it uses them. Bad input — an unknown
 benchmark or strategy, a malformed record, a missing file, an unreachable service — is one line naming it and exit
 code 2; items already finished stay in ``DIR/items.jsonl`` and a rerun with the same ``--out`` skips them.
-
-The embedded planner's Conductor is resolved as ``serve`` resolves it (services/planner/resolution.py): the
-registered policy covering the run's pool, else MoA, or ``--policy``; the line saying which is printed, and the
-policy (name, version, adapter sha256, card) is recorded in ``results.json`` and in each `conductor` item, whose
-resume key it is part of: resumed with another policy, those items run again.
 """
 
 from __future__ import annotations
@@ -21,7 +16,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
 import nats.errors
 from rich.console import Console
 from rich.progress import (
@@ -37,20 +31,18 @@ from conductor.app.stack import local_stack
 from conductor.client import ConductorClient
 from conductor.money import usd
 from conductor.natsserver import reachable
-from conductor.policies import PolicyRecord
 from conductor.pool import Pool, PoolError, load_pool
 from conductor.settings import CommonSettings, SettingsError
-from evaluation import table
+from evaluation import routing, table
 from evaluation.errors import EvalError, ServiceUnreachableError
 from evaluation.records import ItemResult, Key
 from evaluation.report import write_report
+from evaluation.routers import RouterSpec
 from evaluation.runner import Job, Options, Runner, plan
 from evaluation.simanswers import run_pool
 from evaluation.strategies import parse_strategies
 from tasks import registry
 from tasks.errors import TaskError
-
-RUNNING_PLANNER = "the running services' planner (its policy is set where it runs; not recorded)"
 
 BAD_INPUT = (EvalError, TaskError, PoolError, SettingsError)
 
@@ -77,10 +69,18 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
         "--strategy",
         default="conductor",
         help="comma-separated: conductor, single:NAME|*, moa[:K], "
-        "refine[:N][@NAME], consensus[:N][@NAME], worker:NAME; +rN adds recursion rounds",
+        "refine[:N][@NAME], consensus[:N][@NAME], worker:NAME; +rN adds recursion rounds; routers (all six) or "
+        "router:best|per-set|vote|cascade[:A+B>C]|knn|oracle, composed from every worker's single answers "
+        "(docs/evaluation.md)",
     )
     p.add_argument("--repeats", type=_positive, default=1)
     p.add_argument("--limit", type=_positive, help="items per benchmark (a seeded sample)")
+    p.add_argument(
+        "--train-limit",
+        type=_positive,
+        help="with routers: train items per benchmark they calibrate on (a seeded sample; default --limit, "
+        "else the whole train split)",
+    )
     p.add_argument("--concurrency", type=_positive, default=8, help="items in flight at once")
     p.add_argument(
         "--pool",
@@ -99,11 +99,7 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
         help="ask without the items' answer type, as a client that names none does (a plain chat request to "
         "the gateway); the verifier still judges each item by its reference",
     )
-    p.add_argument(
-        "--policy",
-        help="the embedded planner's CONDUCTOR_POLICY (e.g. smollm2-views2, a registered policy, or "
-        "openai:conductor-7b); default: the registered policy covering the pool, else MoA (docs/policies.md)",
-    )
+    p.add_argument("--policy", help="the embedded planner's CONDUCTOR_POLICY (e.g. openai:conductor-7b)")
     p.add_argument(
         "--data", action="append", default=[], metavar="NAME=PATH", help="a local copy of a benchmark"
     )
@@ -186,7 +182,10 @@ class Prepared:
     pool: Pool
     pool_file: Path | None
     embedded: bool
-    policy_line: str = RUNNING_PLANNER  # "Conductor: <which> (<why>)" of the embedded planner
+    routers: tuple[RouterSpec, ...] = ()  # composed after the run from every worker's single answers
+    train_of: dict[str, str] | None = (
+        None  # with routers: evaluated benchmark -> the train label calibrating it
+    )
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
@@ -196,17 +195,23 @@ def prepare(args: argparse.Namespace) -> Prepared:
     problems = _in_domains(
         registry.load_all(_split(args.benchmark), _data_paths(args.data), hub=args.hub), _split(args.domains)
     )
+    train = (
+        _in_domains(routing.calibration(problems, hub=args.hub), _split(args.domains))
+        if routing.named(args.strategy)
+        else {}
+    )
     external = not args.embedded and reachable(CommonSettings.from_env(env).nats_url)
-    pool, pool_file = _pool(args, env, external, out, problems)
+    pool, pool_file = _pool(args, env, external, out, {**problems, **train})
     subset = _subset(pool, _split(args.pool_subset))
-    strategies = parse_strategies(args.strategy, subset or pool.names())
+    workers = subset or pool.names()
+    named, router_specs = routing.split_spec(args.strategy, workers)
+    strategies = parse_strategies([*named, *(["single:*"] if router_specs else [])], workers)
     if args.policy:
         if external:
             raise EvalError(
                 "--policy configures the embedded planner; the running planner's policy is set where it runs"
             )
         env["CONDUCTOR_POLICY"] = args.policy
-    policy, policy_line = _policy(env, None if external else pool_file)
     options = Options(
         concurrency=args.concurrency,
         cache=args.cache,
@@ -214,13 +219,19 @@ def prepare(args: argparse.Namespace) -> Prepared:
         pool_subset=subset,
         timeout_s=args.timeout,
         hide_domain=args.hide_domain,
-        policy=policy,
     )
     versions = {name: registry.version(name) for name in problems}
+    jobs = plan(problems, strategies, max(args.repeats, 1), args.limit, versions)
+    train_of = None
+    if router_specs:
+        train_of = {name: routing.train_label(name) for name in problems}
+        singles = [s for s in strategies if s.label.startswith("single:")]
+        train_versions = {label: registry.version(label) for label in train}
+        jobs += plan(train, singles, 1, args.train_limit or args.limit, train_versions)
     return Prepared(
         out=out,
         env=env,
-        jobs=plan(problems, strategies, max(args.repeats, 1), args.limit, versions),
+        jobs=jobs,
         benchmarks=list(problems),
         versions=versions,
         strategies=[s.label for s in strategies],
@@ -228,20 +239,9 @@ def prepare(args: argparse.Namespace) -> Prepared:
         pool=pool,
         pool_file=pool_file,
         embedded=args.embedded,
-        policy_line=policy_line,
+        routers=tuple(router_specs),
+        train_of=train_of,
     )
-
-
-def _policy(env: dict[str, str], pool_file: Path | None) -> tuple[PolicyRecord | None, str]:
-    """The embedded planner's Conductor for ``pool_file`` (``env`` gets it), and the line saying which; None with
-    running services (``pool_file`` None), whose planner chose its own."""
-    if pool_file is None:
-        return None, RUNNING_PLANNER
-    from services.planner.resolution import resolve
-
-    resolution = resolve({**env, "CONDUCTOR_POOL": str(pool_file)})
-    env.update(resolution.env)
-    return resolution.policy, resolution.line
 
 
 def run(args: argparse.Namespace) -> int:
@@ -264,6 +264,14 @@ def conclude(
     """This run's items (resumed and new, in job order) -> the table, results.json/csv and report.html."""
     merged = {**done, **{it.key: it for it in new}}
     items = [merged[j.key] for j in prep.jobs if j.key in merged]
+    strategies = list(prep.strategies)
+    routed: dict[str, str] = {}
+    if prep.routers and prep.train_of:
+        workers = prep.options.pool_subset or prep.pool.names()
+        composed, routed = routing.compose(prep.routers, items, workers, prep.train_of)
+        items += composed
+        strategies += [r.label for r in prep.routers]
+    items = [it for it in items if it.benchmark in prep.benchmarks]
     repeats = max((j.repeat for j in prep.jobs), default=0) + 1
     meta = {
         "pool": str(prep.pool_file or "the running services' pool"),
@@ -277,18 +285,8 @@ def conclude(
         meta["pool subset"] = ",".join(prep.options.pool_subset)
     if prep.options.hide_domain:
         meta["answer type"] = "hidden from the solve requests"
-    meta["policy"] = _policy_meta(prep.options.policy)
-    return finish(
-        prep.out, items, prep.benchmarks, prep.strategies, meta, console, prep.versions, prep.options.policy
-    )
-
-
-def _policy_meta(policy: PolicyRecord | None) -> str:
-    if policy is None:
-        return RUNNING_PLANNER
-    version = f" v{policy.version}" if policy.version else ""
-    digest = f", adapter {policy.adapter_sha256[:19]}" if policy.adapter_sha256 else ""
-    return f"{policy.name}{version}{digest}"
+    meta.update(routed)
+    return finish(prep.out, items, prep.benchmarks, strategies, meta, console, prep.versions)
 
 
 async def execute(prep: Prepared, console: Console) -> tuple[dict[Key, ItemResult], list[ItemResult], str]:
@@ -301,7 +299,6 @@ async def execute(prep: Prepared, console: Console) -> tuple[dict[Key, ItemResul
             f"{where}: {len(prep.jobs)} items ({len(prep.benchmarks)} benchmarks × "
             f"{len(prep.strategies)} strategies × {repeats} repeats)"
         )
-        console.print(prep.policy_line, markup=False, highlight=False)
         async with _Connected(stack.settings) as client:
             runner = Runner(client, prep.out, prep.options)
             todo, done = runner.pending(prep.jobs)
@@ -317,10 +314,8 @@ def finish(
     meta: dict[str, str],
     console: Console,
     versions: dict[str, str] | None = None,
-    policy: PolicyRecord | None = None,
 ) -> table.Results:
-    results = table.summarize(items, benches, strategies, meta, versions)
-    results = msgspec.structs.replace(results, policy=policy)
+    results = table.with_aiq(table.summarize(items, benches, strategies, meta, versions))
     table.write(results, out)
     report = write_report(out, results, items, title="Conductor eval")
     console.print(table.rich_table(results))

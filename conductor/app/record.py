@@ -120,7 +120,7 @@ def prepare(args: argparse.Namespace) -> Plan:
     workers = _workers(pool, _split(args.workers))
     problems = registry.load_all([args.benchmark], {args.benchmark: args.data} if args.data else None)
     [(set_name, items)] = problems.items()
-    have = counts(journal.load())  # a corrupt table or journal stops the run here
+    have = counts(journal.fold())  # a corrupt table or journal stops the run here
     calls = [
         Call(p, w, i)
         for p in sample(items, args.limit)

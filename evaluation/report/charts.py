@@ -8,6 +8,7 @@ of clip paths and markers never collide between charts inlined in one page.
 from __future__ import annotations
 
 import io
+import itertools
 import re
 
 import matplotlib
@@ -17,6 +18,7 @@ matplotlib.use("Agg")  # before pyplot: no display, no GUI toolkit
 import matplotlib.pyplot as plt
 import numpy as np
 
+from evaluation import routers
 from evaluation.table import AVERAGE, Results
 
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
@@ -79,14 +81,37 @@ def accuracy_vs_cost(results: Results) -> str:
             label="Pareto front",
             zorder=2,
         )
-        ax.legend(loc="lower right", fontsize=8)
+    _workers_hull(ax, results, points)
     costs = [c for _, c, _ in points if c > 0]
     if costs and max(costs) / min(costs) > 20:
         ax.set_xscale("log")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel(r"\$ per question (average over benchmarks)")
     ax.set_ylabel("accuracy (%, average)")
     ax.grid(alpha=0.3)
     return to_svg(fig, "accuracy-vs-cost")
+
+
+def _workers_hull(ax: plt.Axes, results: Results, points: list[tuple[str, float, float]]) -> None:
+    """RouterBench's zero router: the non-decreasing convex hull of the single workers (evaluation/routers.py),
+    drawn densely so it stays straight-segmented on a log axis, its AIQ in the legend."""
+    if results.aiq_workers is None:
+        return
+    line = routers.hull([(c, a) for label, c, a in points if label.startswith("single:")])
+    xs = np.concatenate(
+        [np.linspace(x0, x1, 24) for (x0, _), (x1, _) in itertools.pairwise(line)] or [[line[0][0]]]
+    )
+    ys = np.interp(xs, [x for x, _ in line], [y for _, y in line])
+    ax.plot(
+        xs,
+        ys,
+        color="#8c8c8c",
+        lw=1,
+        ls=":",
+        zorder=1,
+        label=f"workers' hull (AIQ {results.aiq_workers:.3f})",
+    )
 
 
 def _label_offsets(points: list[tuple[str, float, float]]) -> list[int]:

@@ -49,7 +49,16 @@ def accuracy_table(results: Results) -> str:
     cols = [*results.benchmarks, AVERAGE]
     best = {c: max((r.accuracy.mean for r in results.rows if r.benchmark == c), default=None) for c in cols}
     head = "".join(
-        f"<th>{escape(c)}</th>" for c in ["strategy", *cols, "tokens/q", "$/q", "calls/q", "steps/wf"]
+        f"<th>{escape(c)}</th>"
+        for c in [
+            "strategy",
+            *cols,
+            "tokens/q",
+            "$/q",
+            "calls/q",
+            "steps/wf",
+            *(["AIQ"] if results.aiq else []),
+        ]
     )
     body = []
     for s in results.strategies:
@@ -64,9 +73,16 @@ def accuracy_table(results: Results) -> str:
         body.append(
             f"<tr><td>{escape(s)}</td>{''.join(cells)}<td>{avg.tokens_per_question:,.0f}</td>"
             f"<td>{usd(avg.cost_per_question)}</td><td>{avg.calls_per_question:.2f}</td>"
-            f"<td>{avg.steps_per_workflow:.2f}</td></tr>"
+            f"<td>{avg.steps_per_workflow:.2f}</td>{_aiq(results, s)}</tr>"
         )
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def _aiq(results: Results, strategy: str) -> str:
+    """The AIQ cell (evaluation/table.py ``with_aiq``): nothing when the run has no AIQ."""
+    if not results.aiq:
+        return ""
+    return f"<td>{results.aiq[strategy]:.4f}</td>" if strategy in results.aiq else "<td>—</td>"
 
 
 def _access(step: StepRecord) -> str:
