@@ -132,6 +132,22 @@ class DataSection(_Section):
         return "examples" if self.few_shot else "rules"
 
 
+class CascadeSection(_Section):
+    """The cascade search (services/learner/cascade.py, issue 33): two-round workflows chosen exactly on a replay
+    pool's recorded answers, supervised for both rounds. Each view of ``data.views`` (else the whole pool) gets its
+    own choice; ``budget`` caps its $ per question at that share of the view's most accurate single worker's."""
+
+    budget: Annotated[float, Meta(gt=0, le=1)] = 0.5
+    cheap: Annotated[int, Meta(ge=3, le=12)] = (
+        6  # three-attempt first rounds are drawn from this many cheapest
+    )
+    questions: Annotated[int, Meta(ge=0)] = (
+        0  # training questions in the matrix; 0: every one of the train mix
+    )
+    rows: Annotated[int, Meta(ge=0)] = 0  # SFT rows kept (a seeded sample, both rounds alike); 0: all
+    epochs: PositiveFloat = 2.0
+
+
 class ColdStartSection(_Section):
     sft: bool = True
     sft_examples: Positive = 512  # synthetic completions (services/learner/synthetic.py)
@@ -191,6 +207,8 @@ class ColdStartSection(_Section):
     # (a, s, s, a), (a, s, a, s, a): on a view whose only strong worker is dear, cheap checks between its calls
     # gather the votes its last call reads, at little more than the price of two of its calls.
     search_grammar: Literal["short", "relay"] = "short"
+    # ``[cold_start.cascade]``: the two-round search on recorded answers (CascadeSection); runs before ``sft``.
+    cascade: CascadeSection | None = None
 
 
 class GrpoSection(_Section):

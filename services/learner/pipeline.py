@@ -11,6 +11,7 @@ the finished stages and continues GRPO from its newest checkpoint; starting over
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 from conductor.pool import Pool
 from conductor.prompt import view_fingerprint, worker_fingerprint
 from schemas.learner import PolicyCard
-from services.learner import coldstart, evaluate, policy, search
+from services.learner import cascade, coldstart, evaluate, policy, search
 from services.learner.config import LearnerConfig
 from services.learner.episodes import view_workers
 from services.learner.export import export_adapter, load_with_adapter
@@ -99,6 +100,20 @@ def _run(config: LearnerConfig, score: Scorer, *, resume: bool, progress: Progre
 
     model_path = measured("base", policy.prepare_base(config, train))
     c = config.cold_start
+    if c.cascade is not None:
+        if "cascade" not in stages.done:
+            note("cascade", 0, 1, {})
+            rows, figures = _cascade_rows(config, train, pool, reward, out / "cascade_rows.json")
+            coldstart.sft(
+                config,
+                model_path,
+                rows,
+                out / "cascade",
+                epochs=c.cascade.epochs,
+                callbacks=[_progress("cascade", note)],
+            )
+            measured("cascade", out / "cascade", figures)
+        model_path = out / "cascade"
     if c.search:
         if "search" not in stages.done:
             note("search", 0, 1, {})
@@ -218,6 +233,44 @@ def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"rows": rows, "figures": figures}))
+    return rows, figures
+
+
+def _cascade_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The cascade stage's SFT rows and figures (services/learner/cascade.py), kept in ``path`` like the search's."""
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        return saved["rows"], saved["figures"]
+    c = config.cold_start.cascade
+    started = time.perf_counter()
+    workers = [w.name for w in view_workers(pool, config.data)]
+    questions = (
+        train
+        if not c.questions
+        else random.Random(config.model.seed).sample(train, min(c.questions, len(train)))
+    )
+    matrix, masked = cascade.answer_matrix(questions, pool, workers, reward)
+    views = config.data.views or [workers]
+    choices = [cascade.choose(matrix, questions, view, budget=c.budget, cheap=c.cheap) for view in views]
+    rows = cascade.rows(choices, questions, matrix, pool, config)
+    if c.rows and c.rows < len(rows):
+        rows = random.Random(config.model.seed).sample(rows, c.rows)
+    figures = {
+        "views": [{"view": list(ch.view), **ch.figures} for ch in choices],
+        "questions": len(matrix),
+        "masked_questions": masked,
+        "rows": len(rows),
+        "rollouts": len(questions) * len(workers),
+        "cascade_s": round(time.perf_counter() - started, 1),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": rows, "figures": figures}))
+    matrix_path = path.with_name("answer_matrix.json")
+    matrix_path.write_text(
+        json.dumps(
+            {pid: {w: [c.reward, c.cost, c.answer] for w, c in row.items()} for pid, row in matrix.items()}
+        )
+    )
     return rows, figures
 
 

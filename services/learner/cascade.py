@@ -1,0 +1,430 @@
+"""The cascade search (issue 33): two-round workflows chosen on real models' answers, as SFT rows for both rounds.
+
+Real pools are lopsided — one strong, dear worker and many cheap ones — so the value is in cost: answer most
+questions cheaply and escalate only the hard ones. A fixed workflow cannot; a Conductor that sees the first round's
+answers before deciding (docs/method.md §5, the recursion) can. This stage finds, per benchmark set and pool view, the
+best such policy on the training questions and writes it as supervised rows:
+
+1. **The answer matrix.** Every worker of the pool answers every training question once, alone, through the rollout
+   API (the executor, the worker adapter, the verifier: on a replay pool each call is a lookup). With the ``own``
+   behaviour model (services/worker_adapter/providers/replay.py) a step that sees no earlier step returns the
+   recorded answer, so every workflow of independent steps is *exactly* a function of this matrix: its reward and $
+   are computed, not sampled.
+2. **The candidates.** A ``Cascade``: a first round of one, two or three independent attempts (the last one's answer
+   stands), then, by what the second round is shown (tasks/finals.py: the steps agree, differ, or one stated no
+   answer), either hand back (three empty lists) or one worker answers afresh. For a fixed first round the best
+   action per state is chosen independently, so the search is exhaustive.
+3. **The budget.** Value = accuracy − λ × $; λ is swept, and the run takes the most accurate policy whose $ per
+   question on the training questions is at most ``budget`` × that of the view's most accurate single worker
+   (``[cold_start.cascade] budget``): "as good as the best model, for a fraction of its price" as one number.
+4. **The rows.** For every training question and view: the round-1 prompt with the chosen first round, and the
+   round-2 prompt — built exactly as the executor builds it from those answers — with the chosen action. One label
+   per (set, view, state), whatever the question: a rule the policy can learn from the question's kind and the
+   agreement line, not a per-question oracle it cannot see.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from conductor.answers import agreement
+from conductor.pool import Pool, WorkerSpec
+from conductor.workflow import render_completion
+from schemas.plan import StepAnswer, Workflow
+from services.learner.config import LearnerConfig
+from services.learner.episodes import Episode, first_round, messages, next_round
+from services.learner.rewards import ConductorReward
+from services.learner.search import FORMAT, SOLVE, Candidate, completion
+from tasks.finals import step_answer
+from tasks.problem import Problem
+
+STATES = ("agree", "differ", "missing")
+"""What a second round is shown of the first (conductor.answers.agreement)."""
+
+KIND = {
+    "replay-math-l5": "a competition mathematics problem",
+    "replay-gsm": "a grade-school math word problem",
+    "replay-crux": "a question about the output of a Python program",
+    "replay-mmlu-redux": "a multiple-choice knowledge question",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One worker's single answer to one question, as the rollout API scored it."""
+
+    reward: float
+    cost: float
+    response: str
+    answer: str | None  # what a second round shows of it (tasks/finals.py)
+
+
+Matrix = dict[str, dict[str, Cell]]
+"""problem id -> worker name -> its cell."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cascade:
+    """A two-round policy in worker names: ``first`` answer independently; then, per state, a worker answers afresh
+    (its name) or the first round's answer is handed back (None)."""
+
+    first: tuple[str, ...]
+    then: tuple[tuple[str, str | None], ...]
+
+    def action(self, state: str) -> str | None:
+        return dict(self.then).get(state)
+
+    def label(self) -> str:
+        acts = ", ".join(f"{s}→{w or 'hand back'}" for s, w in self.then)
+        return f"[{' + '.join(self.first)}] then {acts}"
+
+
+@dataclass
+class Outcome:
+    reward: float = 0.0
+    cost: float = 0.0
+    n: int = 0
+    escalated: int = 0
+    states: Counter = field(default_factory=Counter)
+
+    def add(self, reward: float, cost: float, escalated: bool, state: str) -> None:
+        self.reward += reward
+        self.cost += cost
+        self.n += 1
+        self.escalated += escalated
+        self.states[state] += 1
+
+    @property
+    def accuracy(self) -> float:
+        return self.reward / self.n if self.n else 0.0
+
+    @property
+    def mean_cost(self) -> float:
+        return self.cost / self.n if self.n else 0.0
+
+
+def state_of(cells: Mapping[str, Cell], first: Sequence[str]) -> str:
+    return agreement([cells[w].answer for w in first])
+
+
+def play(c: Cascade, cells: Mapping[str, Cell]) -> tuple[float, float, bool, str]:
+    """(reward, $, escalated, state) of ``c`` on one question."""
+    state = state_of(cells, c.first)
+    cost = sum(cells[w].cost for w in c.first)
+    worker = c.action(state)
+    if worker is None:
+        return cells[c.first[-1]].reward, cost, False, state
+    return cells[worker].reward, cost + cells[worker].cost, True, state
+
+
+def evaluate(c: Cascade, matrix: Matrix, ids: Sequence[str]) -> Outcome:
+    out = Outcome()
+    for pid in ids:
+        out.add(*play(c, matrix[pid]))
+    return out
+
+
+def first_rounds(workers: Sequence[int], cheap: int) -> list[tuple[int, ...]]:
+    """Every first round searched, in worker indices of a price-ordered view (cheapest first): one worker; two
+    (either order: the last one's answer stands); three of the ``cheap`` cheapest."""
+    workers = list(workers)
+    singles = [(w,) for w in workers]
+    pairs = list(itertools.permutations(workers, 2))
+    triples = list(itertools.combinations(workers[:cheap], 3))
+    return [*singles, *pairs, *triples]
+
+
+@dataclass(frozen=True)
+class Tables:
+    """One set's questions as arrays over a view's workers (in ``workers`` order): rewards, $, and which answers
+    were stated and agree, so every cascade's sums are a few vector operations."""
+
+    workers: tuple[str, ...]
+    reward: np.ndarray  # [question, worker]
+    cost: np.ndarray  # [question, worker]
+    stated: np.ndarray  # [question, worker] bool
+    same: np.ndarray  # [question, worker, worker] bool: both stated and the same answer
+
+    @classmethod
+    def of(cls, matrix: Matrix, ids: Sequence[str], workers: Sequence[str]) -> Tables:
+        rows = [[matrix[pid][w] for w in workers] for pid in ids]
+        answers = [[c.answer for c in row] for row in rows]
+        k = len(workers)
+        same = np.zeros((len(ids), k, k), dtype=bool)
+        for q, ans in enumerate(answers):
+            for a, b in itertools.combinations(range(k), 2):
+                if agreement([ans[a], ans[b]]) == "agree":
+                    same[q, a, b] = same[q, b, a] = True
+            for a in range(k):
+                same[q, a, a] = ans[a] is not None
+        return cls(
+            workers=tuple(workers),
+            reward=np.array([[c.reward for c in row] for row in rows], dtype=float).reshape(len(ids), k),
+            cost=np.array([[c.cost for c in row] for row in rows], dtype=float).reshape(len(ids), k),
+            stated=np.array([[a is not None for a in ans] for ans in answers], dtype=bool).reshape(
+                len(ids), k
+            ),
+            same=same,
+        )
+
+    def states(self, first: Sequence[int]) -> np.ndarray:
+        """Each question's state index into ``STATES`` for a first round (``agreement`` of its answers)."""
+        stated = self.stated[:, list(first)]
+        agree = np.ones(len(self.reward), dtype=bool)
+        for a in first[1:]:
+            agree &= self.same[:, first[0], a]
+        every = stated.all(axis=1)
+        return np.where(agree & every, 0, np.where(every | _pairwise_differ(self.same, first), 1, 2))
+
+
+def _pairwise_differ(same: np.ndarray, first: Sequence[int]) -> np.ndarray:
+    """Two stated answers of the first round differ (``agreement`` says ``differ`` even if a third stated none)."""
+    out = np.zeros(same.shape[0], dtype=bool)
+    for a, b in itertools.combinations(first, 2):
+        out |= same[:, a, a] & same[:, b, b] & ~same[:, a, b]
+    return out
+
+
+@dataclass(frozen=True)
+class Sums:
+    """One first round on one set: per state, the questions' count, the kept answer's reward, and each worker's
+    reward and $ summed; and the first round's $ summed. λ then picks each state's action without another pass."""
+
+    first: tuple[int, ...]
+    first_cost: float
+    count: np.ndarray  # [state]
+    keep: np.ndarray  # [state]
+    reward: np.ndarray  # [state, worker]
+    cost: np.ndarray  # [state, worker]
+
+    @classmethod
+    def of(cls, t: Tables, first: tuple[int, ...]) -> Sums:
+        st = t.states(first)
+        onehot = np.stack([st == i for i in range(len(STATES))]).astype(float)  # [state, question]
+        return cls(
+            first=first,
+            first_cost=float(t.cost[:, list(first)].sum()),
+            count=onehot.sum(axis=1),
+            keep=onehot @ t.reward[:, first[-1]],
+            reward=onehot @ t.reward,
+            cost=onehot @ t.cost,
+        )
+
+    def best(self, lam: float) -> tuple[float, float, tuple[int | None, ...]]:
+        """(value, $, action per state: a worker index or None = hand back) at ``lam``; equal values go to the
+        cheaper action."""
+        values = self.reward - lam * self.cost  # [state, worker]
+        actions: list[int | None] = []
+        total, spent = -lam * self.first_cost, self.first_cost
+        for i in range(len(STATES)):
+            w = int(
+                np.argmax(values[i])
+            )  # the first maximum: workers are in price order, so the cheapest tie
+            if self.keep[i] >= values[i, w] - 1e-12:
+                actions.append(None)
+                total += self.keep[i]
+            else:
+                actions.append(w)
+                total += values[i, w]
+                spent += self.cost[i, w]
+        return total, spent, tuple(actions)
+
+
+def best_cascade(t: Tables, sums: Sequence[Sums], lam: float) -> Cascade:
+    """The cascade of highest accuracy − ``lam`` × $ on a set: each first round's best action per state."""
+    best: tuple[float, float, Sums, tuple[int | None, ...]] | None = None
+    for s in sums:
+        value, spent, actions = s.best(lam)
+        if best is None or value > best[0] + 1e-9 or (value > best[0] - 1e-9 and spent < best[1]):
+            best = (value, spent, s, actions)
+    assert best is not None
+    _, _, s, actions = best
+    name = t.workers
+    return Cascade(
+        first=tuple(name[i] for i in s.first),
+        then=tuple((state, None if a is None else name[a]) for state, a in zip(STATES, actions, strict=True)),
+    )
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The chosen cascade per set for one view, with the λ that chose it and its training-question figures."""
+
+    view: tuple[str, ...]
+    lam: float
+    per_set: dict[str, Cascade]
+    figures: dict[str, Any]
+
+
+def choose(
+    matrix: Matrix,
+    problems: Sequence[Problem],
+    view: Sequence[str],
+    *,
+    budget: float,
+    cheap: int = 6,
+) -> Choice:
+    """The most accurate per-set cascades whose mean $ is at most ``budget`` × the view's best single worker's (the
+    workers ordered by their mean $ on these questions, cheapest first, for ties and the cheap triples)."""
+    ids_by_set: dict[str, list[str]] = defaultdict(list)
+    for p in problems:
+        if p.id in matrix:
+            ids_by_set[p.benchmark].append(p.id)
+    every = [pid for ids in ids_by_set.values() for pid in ids]
+    singles = {w: evaluate(Cascade((w,), ()), matrix, every) for w in view}
+    ordered = sorted(view, key=lambda w: (singles[w].mean_cost, w))
+    strongest = max(view, key=lambda w: (singles[w].accuracy, -singles[w].mean_cost))
+    cap = budget * singles[strongest].mean_cost
+    firsts = first_rounds(range(len(ordered)), cheap)
+    tables = {s: Tables.of(matrix, ids, ordered) for s, ids in ids_by_set.items()}
+    sums = {s: [Sums.of(t, f) for f in firsts] for s, t in tables.items()}
+    picked: tuple[float, dict[str, Cascade], float, float] | None = None
+    for lam in LAMBDAS:
+        per_set = {s: best_cascade(tables[s], sums[s], lam) for s in sorted(ids_by_set)}
+        total = [evaluate(per_set[s], matrix, ids) for s, ids in ids_by_set.items()]
+        n = sum(o.n for o in total)
+        acc, cost = sum(o.reward for o in total) / n, sum(o.cost for o in total) / n
+        if cost <= cap and (picked is None or acc > picked[2] + 1e-12):
+            picked = (lam, per_set, acc, cost)
+    if picked is None:
+        raise ValueError(f"no cascade costs at most {budget} x the best single worker's $ on this view")
+    lam, per_set, acc, cost = picked
+    figures = {
+        "strongest": strongest,
+        "strongest_accuracy": round(singles[strongest].accuracy, 4),
+        "strongest_cost": singles[strongest].mean_cost,
+        "accuracy": round(acc, 4),
+        "cost": cost,
+        "cost_ratio": round(cost / singles[strongest].mean_cost, 4),
+        "lambda": lam,
+        "sets": {
+            s: {"cascade": per_set[s].label(), **_figures(evaluate(per_set[s], matrix, ids))}
+            for s, ids in sorted(ids_by_set.items())
+        },
+    }
+    return Choice(view=tuple(view), lam=lam, per_set=per_set, figures=figures)
+
+
+LAMBDAS = (0.0, *(10.0**e * m for e in range(-2, 6) for m in (1.0, 2.0, 5.0)))
+"""λ in reward per $: 0 (accuracy alone, the cheaper of equals) then 0.01 ... 500,000, a 1-2-5 ladder."""
+
+
+def _figures(o: Outcome) -> dict[str, Any]:
+    return {
+        "accuracy": round(o.accuracy, 4),
+        "cost": o.mean_cost,
+        "escalated": round(o.escalated / o.n, 4) if o.n else 0.0,
+        "states": dict(o.states),
+        "n": o.n,
+    }
+
+
+# --- the answer matrix ------------------------------------------------------------------------------------------
+
+
+def answer_matrix(
+    problems: Sequence[Problem],
+    pool: Pool,
+    workers: Sequence[str],
+    reward: ConductorReward,
+    *,
+    chunk: int = 256,
+) -> tuple[Matrix, int]:
+    """Each worker alone on each question through the rollout API; (matrix, masked rollouts). A question with a
+    masked rollout (a verifier or worker failure) is left out of the matrix, and counted."""
+    view = list(workers)
+    specs = pool.subset(view)
+    jobs = [(p, i) for p in problems for i in range(len(view))]
+    cells: dict[str, dict[str, Cell]] = defaultdict(dict)
+    masked: set[str] = set()
+    for start in range(0, len(jobs), chunk):
+        part = jobs[start : start + chunk]
+        eps = [first_round(p, view) for p, _ in part]
+        texts = [completion(Candidate("single", (i,)), p.domain, specs) for p, i in part]
+        for (p, i), s in zip(part, reward.score(eps, texts), strict=True):
+            if s.result.reward is None or not s.result.steps:
+                masked.add(p.id)
+                continue
+            response = s.result.steps[-1].response
+            cells[p.id][view[i]] = Cell(
+                reward=s.result.reward,
+                cost=s.result.usage.cost_usd,
+                response=response,
+                answer=step_answer(response, p.domain),
+            )
+    return {pid: row for pid, row in cells.items() if pid not in masked and len(row) == len(view)}, len(
+        masked
+    )
+
+
+# --- the rows ---------------------------------------------------------------------------------------------------
+
+
+def first_completion(first: Sequence[int], problem: Problem, workers: Sequence[WorkerSpec]) -> str:
+    kind = KIND.get(problem.benchmark, "a question")
+    fmt = FORMAT.get(problem.domain, "Give the final answer.")
+    if len(first) == 1:
+        why = f"This is {kind}. Model {first[0]} answers it alone."
+    else:
+        named = ", ".join(f"Model {o}" for o in first[:-1]) + f" and Model {first[-1]}"
+        why = f"This is {kind}. {named} answer it independently; if their answers differ, a stronger model decides."
+    wf = Workflow(
+        model_id=list(first), subtasks=[f"{SOLVE} {fmt}"] * len(first), access_list=[[] for _ in first]
+    )
+    return render_completion(why, wf)
+
+
+def second_completion(state: str, action: int | None, problem: Problem) -> str:
+    said = {
+        "agree": "The steps gave the same final answer",
+        "differ": "The steps gave different final answers",
+        "missing": "A step gave no final answer",
+    }[state]
+    if action is None:
+        return render_completion(
+            f"{said}, so the result stands.", Workflow(model_id=[], subtasks=[], access_list=[])
+        )
+    fmt = FORMAT.get(problem.domain, "Give the final answer.")
+    wf = Workflow(model_id=[action], subtasks=[f"{SOLVE} {fmt}"], access_list=[[]])
+    return render_completion(f"{said}, so Model {action} answers the question afresh.", wf)
+
+
+def rows(
+    choices: Sequence[Choice], problems: Sequence[Problem], matrix: Matrix, pool: Pool, config: LearnerConfig
+) -> list[dict[str, Any]]:
+    """Round-1 and round-2 SFT rows for every question of the matrix on every chosen view."""
+    out = []
+    for choice in choices:
+        view = list(choice.view)
+        specs = pool.subset(view)
+        for p in problems:
+            if p.id not in matrix or p.benchmark not in choice.per_set:
+                continue
+            cells, c = matrix[p.id], choice.per_set[p.benchmark]
+            first = [view.index(w) for w in c.first]
+            ep = first_round(p, view)
+            text1 = first_completion(first, p, specs)
+            out.append(_row(ep, text1, pool, config))
+            answers = [
+                StepAnswer(step=k, model_id=o, answer=cells[w].answer)
+                for k, (o, w) in enumerate(zip(first, c.first, strict=True))
+            ]
+            second = next_round(ep, text1, cells[c.first[-1]].response, answers)
+            state = state_of(cells, c.first)
+            action = c.action(state)
+            text2 = second_completion(state, None if action is None else view.index(action), p)
+            out.append(_row(second, text2, pool, config))
+    return out
+
+
+def _row(ep: Episode, text: str, pool: Pool, config: LearnerConfig) -> dict[str, Any]:
+    return {
+        "prompt": messages(ep, pool, config.data),
+        "completion": [{"role": "assistant", "content": text}],
+    }

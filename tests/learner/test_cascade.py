@@ -1,0 +1,122 @@
+"""The cascade search (services/learner/cascade.py): exact values on a hand-built answer matrix, the budget rule,
+and rows for both rounds that the policy is served the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor.pool import parse_pool
+from schemas.verify import TextReference
+from services.learner import cascade
+from services.learner.cascade import Cascade, Cell
+from services.learner.config import parse_config
+from tasks.problem import Problem
+
+POOL = """
+[[workers]]
+name = "strong"
+provider = "sim"
+description = "dear and strong"
+[workers.sim]
+dataset = "x.jsonl"
+[[workers]]
+name = "cheap-a"
+provider = "sim"
+description = "cheap a"
+[workers.sim]
+dataset = "x.jsonl"
+[[workers]]
+name = "cheap-b"
+provider = "sim"
+description = "cheap b"
+[workers.sim]
+dataset = "x.jsonl"
+"""
+
+
+def _problem(i: int, bench: str = "replay-gsm") -> Problem:
+    return Problem(
+        id=f"q{i}",
+        benchmark=bench,
+        question=f"Question {i}?",
+        reference=TextReference(answer="1"),
+        domain="math",
+    )
+
+
+def _cell(right: bool, cost: float, answer: str | None) -> Cell:
+    return Cell(reward=1.0 if right else 0.0, cost=cost, response=f"\\boxed{{{answer}}}", answer=answer)
+
+
+def _matrix(n: int = 40) -> tuple[list[Problem], cascade.Matrix]:
+    """The strong worker is always right at $10; the cheap two are right on 3 of 4 questions at $1 — and where
+    one is wrong the two differ, so 'escalate on disagreement' is exactly right everywhere."""
+    problems, matrix = [], {}
+    for i in range(n):
+        p = _problem(i)
+        problems.append(p)
+        a_right, b_right = i % 4 != 1, i % 4 != 2
+        matrix[p.id] = {
+            "strong": _cell(True, 10.0, "1"),
+            "cheap-a": _cell(a_right, 1.0, "1" if a_right else "7"),
+            "cheap-b": _cell(b_right, 1.0, "1" if b_right else "8"),
+        }
+    return problems, matrix
+
+
+def test_play_hands_back_on_agreement_and_escalates_on_disagreement() -> None:
+    _, matrix = _matrix()
+    c = Cascade(
+        first=("cheap-a", "cheap-b"), then=(("agree", None), ("differ", "strong"), ("missing", "strong"))
+    )
+    assert cascade.play(c, matrix["q0"]) == (1.0, 2.0, False, "agree")
+    assert cascade.play(c, matrix["q1"]) == (1.0, 12.0, True, "differ")
+    out = cascade.evaluate(c, matrix, list(matrix))
+    assert out.accuracy == 1.0 and out.mean_cost == pytest.approx(2.0 + 10.0 * 0.5)
+
+
+def test_the_budget_picks_the_cheap_cascade_and_no_budget_the_best_worker() -> None:
+    problems, matrix = _matrix()
+    view = ["strong", "cheap-a", "cheap-b"]
+    tight = cascade.choose(matrix, problems, view, budget=0.8, cheap=3)
+    c = tight.per_set["replay-gsm"]
+    assert (
+        set(c.first) == {"cheap-a", "cheap-b"}
+        and c.action("agree") is None
+        and c.action("differ") == "strong"
+    )
+    assert tight.figures["accuracy"] == 1.0 and tight.figures["cost_ratio"] == pytest.approx(0.7)
+    # at 0.1 of the strong worker's $ nothing reaches it: one cheap worker answers (75%)
+    cheapest = cascade.choose(matrix, problems, view, budget=0.1, cheap=3)
+    assert cheapest.figures["accuracy"] == 0.75 and cheapest.figures["cost"] == 1.0
+    with pytest.raises(ValueError, match="no cascade"):
+        cascade.choose(matrix, problems, view, budget=0.05, cheap=3)
+
+
+def test_states_agree_with_the_shown_agreement() -> None:
+    _, matrix = _matrix(8)
+    ids = list(matrix)
+    workers = ["cheap-a", "cheap-b", "strong"]
+    t = cascade.Tables.of(matrix, ids, workers)
+    for first in [(0, 1), (0, 2), (0, 1, 2), (1,)]:
+        names = [workers[i] for i in first]
+        got = [cascade.STATES[s] for s in t.states(first)]
+        assert got == [cascade.state_of(matrix[pid], names) for pid in ids]
+
+
+def test_rows_for_both_rounds_show_the_step_answers(tmp_path) -> None:
+    problems, matrix = _matrix(8)
+    pool = parse_pool(POOL, base_dir=str(tmp_path))
+    config = parse_config(
+        'name = "t"\n[model]\npath = "m"\n[data]\nfew_shot = false\nrules = false\n[grpo]\nsteps = 0\n'
+    )
+    choice = cascade.choose(matrix, problems, ["strong", "cheap-a", "cheap-b"], budget=0.8, cheap=3)
+    rows = cascade.rows([choice], problems, matrix, pool, config)
+    assert len(rows) == 2 * len(problems)
+    first = rows[0]["completion"][0]["content"]
+    assert "answer it independently" in first and "access_list = [[], []]" in first
+    agreed, differed = rows[1], rows[3]  # q0: both right; q1: cheap-a wrong, so the two differ
+    assert "All steps gave the same final answer." in agreed["prompt"][-1]["content"]
+    assert "model_id = []" in agreed["completion"][0]["content"]
+    assert "The steps gave different final answers." in differed["prompt"][-1]["content"]
+    assert "model_id = [0]" in differed["completion"][0]["content"]  # the strong worker, Model 0 of the view
