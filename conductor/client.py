@@ -60,6 +60,10 @@ class ResultNotReadyError(LookupError):
     """No stored result for the task (yet)."""
 
 
+class DuplicateTaskError(ValueError):
+    """A durable submission JetStream dropped: its id was submitted before, within the duplicate window."""
+
+
 class NatsUnreachableError(ConnectionError):
     """No NATS server answered within the connect timeout (or it refused the credentials)."""
 
@@ -215,14 +219,23 @@ class ConductorClient:
 
     async def submit(self, req: SolveRequest) -> str:
         """Durable intake: publish to the tenant's subject of the JetStream task queue, deduplicated by
-        ``<tenant>.<task_id>`` (two tenants' equal ids are two tasks). Returns the task id."""
+        ``<tenant>.<task_id>`` (two tenants' equal ids are two tasks). Returns the task id; ``DuplicateTaskError``
+        when JetStream dropped the submission as a duplicate (that id was submitted before, by this client or one
+        that learnt it first: docs/tenancy.md)."""
         assert self._nc is not None, "use `async with ConductorClient(...)`"
         task_id = req.task_id or uuid.uuid4().hex
         req = msgspec.structs.replace(req, task_id=task_id)
         names = Names.for_prefix(self.settings.subject_prefix)
         js = self._nc.jetstream()
         headers = tracing.headers({"Nats-Msg-Id": task_key(self.tenant, task_id)})
-        await js.publish(names.submit(self.tenant), encode(req), stream=names.tasks_stream, headers=headers)
+        ack = await js.publish(
+            names.submit(self.tenant), encode(req), stream=names.tasks_stream, headers=headers
+        )
+        if ack.duplicate:
+            raise DuplicateTaskError(
+                f"task {task_id} was already submitted by tenant {self.tenant} (JetStream's duplicate window): this "
+                "submission was dropped and the earlier one stands; a new task needs a new id"
+            )
         return task_id
 
     async def result(self, task_id: str, *, wait: float = 0.0, key: str | None = None) -> SolveResult:

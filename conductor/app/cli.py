@@ -1,4 +1,5 @@
-"""The `conductor` command: demo, solve (or submit durably), result, eval, serve, verify, asyncapi, settings."""
+"""The `conductor` command: demo, solve (or submit durably), result, eval, policies, serve, verify, asyncapi,
+settings."""
 
 from __future__ import annotations
 
@@ -177,6 +178,12 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if (bad := _bad_task_id(args.task_id)) is not None:
         print(f"conductor solve: --task-id: {bad}", file=sys.stderr)
         return 2
+    if args.max_steps is not None and args.max_steps < 1:  # 0 would otherwise read as "unset": 5 steps
+        print(f"conductor solve: --max-steps: must be at least 1, not {args.max_steps}", file=sys.stderr)
+        return 2
+    if args.rounds < 0:
+        print(f"conductor solve: --rounds: must be 0 or more, not {args.rounds}", file=sys.stderr)
+        return 2
     pool = [p.strip() for p in args.pool.split(",")] if args.pool else None
     settings = CommonSettings.from_env()
     try:
@@ -188,7 +195,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         question=args.question,
         task_id=args.task_id,
         pool=pool,
-        max_steps=args.max_steps or (named.max_steps if named else None),
+        max_steps=args.max_steps if args.max_steps is not None else (named.max_steps if named else None),
         max_rounds=args.rounds or (named.max_rounds if named else 0),
         domain=args.domain,
         reference=args.reference,
@@ -395,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     from conductor.app.evaluate import add_eval_command
 
     add_eval_command(sub)
+    from conductor.app.policies import add_policies_command
+
+    add_policies_command(sub)
     from conductor.app.record import add_record_command
 
     add_record_command(sub)
@@ -419,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done; 1 the work ran and failed (an error result, a failed check); 2 refused before any
     work: bad input or configuration, NATS unreachable or refusing the credentials, nothing serving the request,
     a port in use, a full store; 3 a solve timed out; 4 no stored result yet."""
-    from conductor.client import NatsUnreachableError, NoExecutorError
+    from conductor.client import DuplicateTaskError, NatsUnreachableError, NoExecutorError
     from conductor.credentials import CredentialsError
     from conductor.pool import PoolError
     from conductor.service import StartupError
@@ -427,7 +437,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (NatsUnreachableError, NoExecutorError, CredentialsError, PoolError, StartupError) as exc:
+    except (
+        NatsUnreachableError,
+        NoExecutorError,
+        CredentialsError,
+        PoolError,
+        StartupError,
+        SettingsError,  # a malformed CONDUCTOR_* variable, read by any command (issue 34)
+        DuplicateTaskError,
+    ) as exc:
         print(f"conductor {args.command}: {exc}", file=sys.stderr)  # one line, never a traceback (issue 19)
         return 2
 

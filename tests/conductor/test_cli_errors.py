@@ -49,6 +49,8 @@ def test_nats_unreachable_is_one_line_within_the_connect_timeout(command):
         (["solve", "q", "--task-id", "a.*.>"], "task_id must be"),
         (["result", "*"], "task_id must be"),
         (["solve", "q", "--policy", "mixture"], "unknown strategy 'mixture'"),
+        (["solve", "q", "--max-steps", "0"], "--max-steps: must be at least 1, not 0"),  # ran 5 steps before
+        (["solve", "q", "--rounds", "-1"], "--rounds: must be 0 or more, not -1"),
     ],
 )
 def test_a_bad_argument_is_refused_before_anything_is_sent(argv, says, capsys):
@@ -272,3 +274,53 @@ def test_nothing_serving_is_one_line(on_nats, capsys):
     assert main(["solve", "What is 2+2?", "--detach"]) == 2
     err = _one_line(capsys.readouterr().err)
     assert "does not exist (no executor started with this subject prefix" in err
+
+
+@pytest.mark.parametrize("command", [["result", "t-1"], ["solve", "q"], ["solve", "q", "--detach"]])
+def test_a_malformed_setting_is_one_line(command, offline, capsys):
+    """Failed before (issue 34): a SettingsError traceback, exit 1."""
+    offline.setenv("CONDUCTOR_MAX_PAYLOAD_BYTES", "abc")
+    assert main(command) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"conductor {command[0]}: CONDUCTOR_MAX_PAYLOAD_BYTES='abc': not an integer"
+    )
+
+
+@pytest.mark.nats
+@pytest.mark.parametrize(
+    "stored", [b'{"stream":"CONDUCTOR_TASKS","seq":1}', b'{"task_id":"t-1","tenant":"beta"}']
+)
+def test_result_on_an_entry_that_is_not_the_result_is_one_line(stored, on_nats, nats_url, capsys):
+    """Failed before (issue 34): a DecodeError traceback for a reflected PubAck; another tenant's result shown as
+    this one's."""
+    names = Names.for_prefix(on_nats)
+
+    async def plant() -> None:
+        nc = await nats.connect(nats_url)
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket=names.results_bucket, direct=True)
+        await kv.put("client.t-1", stored)
+        await nc.close()
+
+    asyncio.run(plant())
+    assert main(["result", "t-1"]) == 4
+    assert _one_line(capsys.readouterr().err) == (
+        "conductor result: no result for task t-1 yet (the entry stored under its name is not its result: ignored)"
+    )
+
+
+@pytest.mark.nats
+def test_a_duplicate_detached_submission_is_one_line(on_nats, nats_url, capsys):
+    """Failed before (issue 34): the second submission printed the id and exited 0, though JetStream dropped it."""
+    names = Names.for_prefix(on_nats)
+
+    async def queue() -> None:
+        nc = await nats.connect(nats_url)
+        await nc.jetstream().add_stream(name=names.tasks_stream, subjects=[names.submit("*")])
+        await nc.close()
+
+    asyncio.run(queue())
+    assert main(["solve", "q", "--detach", "--task-id", "d-1"]) == 0
+    assert capsys.readouterr().out.strip() == "d-1"
+    assert main(["solve", "q", "--detach", "--task-id", "d-1"]) == 2
+    assert "task d-1 was already submitted by tenant client" in _one_line(capsys.readouterr().err)

@@ -10,7 +10,7 @@ import pytest
 
 from conductor.access import CLIENT
 from conductor.broker import make_broker
-from conductor.client import ConductorClient, ResultNotReadyError
+from conductor.client import ConductorClient, DuplicateTaskError, ResultNotReadyError
 from conductor.service import full_router
 from conductor.settings import CommonSettings
 from conductor.wire import encode
@@ -92,7 +92,8 @@ async def test_duplicate_submissions_give_one_result_and_one_event(nats_url, sub
         async with ConductorClient(settings.common) as client:
             req = SolveRequest(question="Q?", task_id="dup-1")
             assert await client.submit(req) == "dup-1"
-            assert await client.submit(req) == "dup-1"  # dropped by JetStream's duplicate window
+            with pytest.raises(DuplicateTaskError, match="dup-1 was already submitted"):
+                await client.submit(req)  # dropped by JetStream's duplicate window, and said so
             res = await client.result("dup-1", wait=10)
             assert res.error is None and res.answer == "sim-knowledge@2: saw 5 msgs"
             await asyncio.sleep(0.3)
