@@ -22,6 +22,7 @@ import msgspec
 from rich.table import Table
 
 from conductor.money import usd
+from conductor.policies import PolicyRecord
 from evaluation import routers
 from evaluation.records import ItemResult
 
@@ -56,6 +57,9 @@ class Results(msgspec.Struct, frozen=True, kw_only=True):
     steps_histogram: dict[str, dict[int, int]]  # strategy -> steps in a workflow -> workflows
     meta: dict[str, str] = {}
     versions: dict[str, str] = {}  # benchmark -> its task version (tasks/registry.py)
+    # The embedded planner's Conductor (conductor/policies.py): what the `conductor` rows ran; None with running
+    # services, whose planner chose its own.
+    policy: PolicyRecord | None = None
     # strategy -> RouterBench's AIQ of the single workers' points plus its own (``with_aiq``); {} without them
     aiq: dict[str, float] = {}
     aiq_workers: float | None = None  # the single workers' points alone: RouterBench's "zero router"

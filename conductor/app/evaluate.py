@@ -4,6 +4,11 @@ Like `conductor demo` (one code path, conductor/app/stack.py): with nothing reac
 embedded nats-server and every service here; with services running there, it uses them. Bad input — an unknown
 benchmark or strategy, a malformed record, a missing file, an unreachable service — is one line naming it and exit
 code 2; items already finished stay in ``DIR/items.jsonl`` and a rerun with the same ``--out`` skips them.
+
+The embedded planner's Conductor is resolved as ``serve`` resolves it (services/planner/resolution.py): the
+registered policy covering the run's pool, else MoA, or ``--policy``; the line saying which is printed, and the
+policy (name, version, adapter sha256, card) is recorded in ``results.json`` and in each `conductor` item, whose
+resume key it is part of: resumed with another policy, those items run again.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import nats.errors
 from rich.console import Console
 from rich.progress import (
@@ -31,6 +37,7 @@ from conductor.app.stack import local_stack
 from conductor.client import ConductorClient
 from conductor.money import usd
 from conductor.natsserver import reachable
+from conductor.policies import PolicyRecord
 from conductor.pool import Pool, PoolError, load_pool
 from conductor.settings import CommonSettings, SettingsError
 from evaluation import routing, table
@@ -43,6 +50,8 @@ from evaluation.simanswers import run_pool
 from evaluation.strategies import parse_strategies
 from tasks import registry
 from tasks.errors import TaskError
+
+RUNNING_PLANNER = "the running services' planner (its policy is set where it runs; not recorded)"
 
 BAD_INPUT = (EvalError, TaskError, PoolError, SettingsError)
 
@@ -99,7 +108,11 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
         help="ask without the items' answer type, as a client that names none does (a plain chat request to "
         "the gateway); the verifier still judges each item by its reference",
     )
-    p.add_argument("--policy", help="the embedded planner's CONDUCTOR_POLICY (e.g. openai:conductor-7b)")
+    p.add_argument(
+        "--policy",
+        help="the embedded planner's CONDUCTOR_POLICY (e.g. smollm2-views2, a registered policy, or "
+        "openai:conductor-7b); default: the registered policy covering the pool, else MoA (docs/policies.md)",
+    )
     p.add_argument(
         "--data", action="append", default=[], metavar="NAME=PATH", help="a local copy of a benchmark"
     )
@@ -186,6 +199,7 @@ class Prepared:
     train_of: dict[str, str] | None = (
         None  # with routers: evaluated benchmark -> the train label calibrating it
     )
+    policy_line: str = RUNNING_PLANNER  # "Conductor: <which> (<why>)" of the embedded planner
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
@@ -212,6 +226,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
                 "--policy configures the embedded planner; the running planner's policy is set where it runs"
             )
         env["CONDUCTOR_POLICY"] = args.policy
+    policy, policy_line = _policy(env, None if external else pool_file)
     options = Options(
         concurrency=args.concurrency,
         cache=args.cache,
@@ -219,6 +234,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
         pool_subset=subset,
         timeout_s=args.timeout,
         hide_domain=args.hide_domain,
+        policy=policy,
     )
     versions = {name: registry.version(name) for name in problems}
     jobs = plan(problems, strategies, max(args.repeats, 1), args.limit, versions)
@@ -241,7 +257,20 @@ def prepare(args: argparse.Namespace) -> Prepared:
         embedded=args.embedded,
         routers=tuple(router_specs),
         train_of=train_of,
+        policy_line=policy_line,
     )
+
+
+def _policy(env: dict[str, str], pool_file: Path | None) -> tuple[PolicyRecord | None, str]:
+    """The embedded planner's Conductor for ``pool_file`` (``env`` gets it), and the line saying which; None with
+    running services (``pool_file`` None), whose planner chose its own."""
+    if pool_file is None:
+        return None, RUNNING_PLANNER
+    from services.planner.resolution import resolve
+
+    resolution = resolve({**env, "CONDUCTOR_POOL": str(pool_file)})
+    env.update(resolution.env)
+    return resolution.policy, resolution.line
 
 
 def run(args: argparse.Namespace) -> int:
@@ -286,7 +315,18 @@ def conclude(
     if prep.options.hide_domain:
         meta["answer type"] = "hidden from the solve requests"
     meta.update(routed)
-    return finish(prep.out, items, prep.benchmarks, strategies, meta, console, prep.versions)
+    meta["policy"] = _policy_meta(prep.options.policy)
+    return finish(
+        prep.out, items, prep.benchmarks, strategies, meta, console, prep.versions, prep.options.policy
+    )
+
+
+def _policy_meta(policy: PolicyRecord | None) -> str:
+    if policy is None:
+        return RUNNING_PLANNER
+    version = f" v{policy.version}" if policy.version else ""
+    digest = f", adapter {policy.adapter_sha256[:19]}" if policy.adapter_sha256 else ""
+    return f"{policy.name}{version}{digest}"
 
 
 async def execute(prep: Prepared, console: Console) -> tuple[dict[Key, ItemResult], list[ItemResult], str]:
@@ -299,6 +339,7 @@ async def execute(prep: Prepared, console: Console) -> tuple[dict[Key, ItemResul
             f"{where}: {len(prep.jobs)} items ({len(prep.benchmarks)} benchmarks × "
             f"{len(prep.strategies)} strategies × {repeats} repeats)"
         )
+        console.print(prep.policy_line, markup=False, highlight=False)
         async with _Connected(stack.settings) as client:
             runner = Runner(client, prep.out, prep.options)
             todo, done = runner.pending(prep.jobs)
@@ -314,8 +355,10 @@ def finish(
     meta: dict[str, str],
     console: Console,
     versions: dict[str, str] | None = None,
+    policy: PolicyRecord | None = None,
 ) -> table.Results:
     results = table.with_aiq(table.summarize(items, benches, strategies, meta, versions))
+    results = msgspec.structs.replace(results, policy=policy)
     table.write(results, out)
     report = write_report(out, results, items, title="Conductor eval")
     console.print(table.rich_table(results))

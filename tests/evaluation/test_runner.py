@@ -48,3 +48,27 @@ def test_hide_domain_asks_without_the_answer_type_and_keeps_the_reference() -> N
     assert request(job, "r", Options()).domain == "math"
     hidden = request(job, "r", Options(hide_domain=True))
     assert hidden.domain is None and hidden.reference == problem.reference
+
+
+def test_a_conductor_item_of_another_policy_runs_again(tmp_path: Path) -> None:
+    """The resolved policy is part of a `conductor` item's resume key (conductor/policies.py): resumed with another
+    policy, its items run again; a baseline's items do not depend on it."""
+    from conductor.policies import REGISTRY
+
+    ours, other = REGISTRY["smollm2-views3"].record(), REGISTRY["smollm2-views2"].record()
+    runner = Runner(None, tmp_path, Options(policy=ours))  # type: ignore[arg-type]  # nothing is solved here
+    conductor, moa = Strategy(label="conductor", policy=None), Strategy(label="moa", policy="moa")
+    recorded = {0: ours, 1: other, 2: None}  # item n was planned by this policy (None: an older run's item)
+    for n, policy in recorded.items():
+        append(runner.items_path, msgspec.structs.replace(item("conductor", "x", 0, n, True), policy=policy))
+        append(runner.items_path, item("moa", "x", 0, n, True))
+
+    def job(strategy: Strategy, n: int) -> Job:
+        problem = Problem(
+            id=f"q{n}", benchmark="x", question="?", reference=TextReference(answer="1"), domain="math"
+        )
+        return Job("x", strategy, 0, problem)
+
+    todo, done = runner.pending([job(s, n) for n in recorded for s in (conductor, moa)])
+    assert [(j.strategy.label, j.problem.id) for j in todo] == [("conductor", "q1"), ("conductor", "q2")]
+    assert {k for k in done if k[1] == "conductor"} == {("x", "conductor", 0, "q0")} and len(done) == 4
