@@ -21,7 +21,9 @@ from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import CANCEL_SUBJECT_PREFIX, SolveRequest
 
 REMEMBER_S = 600.0  # the gateway's default solve timeout: it stops repeating a cancel after that
-REMEMBER_MAX = 10_000  # cancels remembered at once; the oldest are forgotten first
+REMEMBER_MAX = 10_000  # cancels remembered at once per tenant; a tenant's oldest are forgotten first
+"""Per tenant (issue 34): one tenant's flood of cancels for tasks it never runs forgets only its own. Tenants are
+NATS users (conductor/access.py): a deployment's few, not a number a sender can grow."""
 
 
 class Cancel:
@@ -58,7 +60,8 @@ class Cancels:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._running: dict[tuple[str, str], list[Cancel]] = {}
-        self._asked: collections.OrderedDict[tuple[str, str], tuple[float, str]] = collections.OrderedDict()
+        # tenant -> task id -> (until when, reason), oldest first
+        self._asked: dict[str, collections.OrderedDict[str, tuple[float, str]]] = {}
 
     @contextlib.contextmanager
     def watch(self, tenant: str | None, req: SolveRequest) -> Iterator[Cancel]:
@@ -69,7 +72,7 @@ class Cancels:
             yield cancel
             return
         key = (tenant, req.task_id)
-        asked = self._asked.pop(key, None)
+        asked = self._forget(tenant, req.task_id)
         if asked is not None and asked[0] > self._clock():
             cancel.set(asked[1])
         self._running.setdefault(key, []).append(cancel)
@@ -88,8 +91,22 @@ class Cancels:
             for cancel in running:
                 cancel.set(reason)
             return True
-        self._asked[(tenant, task_id)] = (self._clock() + REMEMBER_S, reason)
-        self._asked.move_to_end((tenant, task_id))
-        while len(self._asked) > REMEMBER_MAX:
-            self._asked.popitem(last=False)
+        asked = self._asked.setdefault(tenant, collections.OrderedDict())
+        asked[task_id] = (self._clock() + REMEMBER_S, reason)
+        asked.move_to_end(task_id)
+        while len(asked) > REMEMBER_MAX:
+            asked.popitem(last=False)
         return False
+
+    def remembered(self, tenant: str) -> int:
+        """How many of ``tenant``'s cancels are remembered (a test and a debugging aid)."""
+        return len(self._asked.get(tenant, ()))
+
+    def _forget(self, tenant: str, task_id: str) -> tuple[float, str] | None:
+        asked = self._asked.get(tenant)
+        if asked is None:
+            return None
+        found = asked.pop(task_id, None)
+        if not asked:
+            del self._asked[tenant]
+        return found

@@ -18,6 +18,7 @@ from conductor.wire import encode
 from schemas.errors import ErrorCode
 from schemas.plan import Workflow
 from schemas.solve import CancelRequest, SolveRequest, cancel_subject
+from services.executor import cancels as cancels_module
 from services.executor.app import ExecutorService
 from services.executor.cancels import Cancels, parse_subject
 from services.executor.config import ExecutorSettings
@@ -71,6 +72,21 @@ def test_only_the_tasks_tenant_cancels_it_whatever_its_request_says():
         assert cancel.reason is None
     with cancels.watch(None, REQ) as nobodys:  # no tenant (a handler called outside a request): nobody can
         assert not cancels.cancel("gateway", "t-1.x", "x") and nobodys.reason is None
+
+
+def test_one_tenants_flood_of_early_cancels_forgets_only_its_own(monkeypatch):
+    """Failed before (issue 34): one memory for all tenants, so a flood evicted another tenant's early cancel."""
+    monkeypatch.setattr(cancels_module, "REMEMBER_MAX", 3)
+    cancels = Cancels()
+    assert not cancels.cancel("acme", "a-1", "stop it")  # acme's task not started yet: remembered
+    for i in range(10):
+        cancels.cancel("beta", f"b-{i}", "flood")
+    assert cancels.remembered("beta") == 3 and cancels.remembered("acme") == 1
+    with cancels.watch("acme", SolveRequest(question="Q?", task_id="a-1")) as cancel:
+        assert cancel.reason == "stop it"
+    with cancels.watch("beta", SolveRequest(question="Q?", task_id="b-0")) as cancel:
+        assert cancel.reason is None  # beta's oldest were forgotten
+    assert cancels.remembered("acme") == 0
 
 
 def test_the_subject_says_which_tenant_cancels_which_task():
