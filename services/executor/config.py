@@ -176,6 +176,14 @@ class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True):
             "Checkpoint request/reply solves too (they are never redelivered, so off by default).",
         ),
     ] = False
+    record_path: Annotated[
+        str | None,
+        Env(
+            "CONDUCTOR_RECORD_PATH",
+            "Serve-to-learn: a replay table (.jsonl.gz) that solves carrying a reference append their workers' "
+            "answers to, verbatim with the question (docs/replay.md); unset: nothing is recorded.",
+        ),
+    ] = None
     intake: IntakeSettings = IntakeSettings()
     store: StoreSettings = StoreSettings()
     calls: CallSettings = CallSettings()

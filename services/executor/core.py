@@ -221,9 +221,7 @@ class Executor:
             cancel=cancel,
             tenant=tenant,
         )
-        if (
-            self.settings.record_path and req.reference is not None
-        ):  # serve-to-learn (services/executor/recording.py)
+        if self.settings.record_path and req.reference is not None:  # serve-to-learn (executor/recording.py)
             reference = as_reference(req.reference, req.domain)
             await record_served(Path(self.settings.record_path), req, result, self.pool, reference)
         return result
