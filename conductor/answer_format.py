@@ -60,6 +60,7 @@ FAMILY_OF_DOMAIN: dict[str, str] = {
     "bigcodebench": "code",
     "general": "general",
     "rlpr": "general",
+    "literal": "general",  # a Python literal (CRUXEval; tasks/answers.py LITERAL_DOMAIN)
 }
 FAMILIES = ("math", "mcq", "code", "general")
 

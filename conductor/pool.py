@@ -15,7 +15,7 @@ A pool file is TOML::
 
     [[workers]]
     name = "gpt-5"                # the operator's name; requests and results use it, the Conductor never sees it
-    provider = "openai"           # openai | anthropic | openai_compatible | local | sim
+    provider = "openai"           # openai | anthropic | openai_compatible | local | sim | replay
     model = "gpt-5"
     description = "Frontier generalist; strongest at math and code."
     api_key_env = "OPENAI_API_KEY"  # the *name* of an env var; keys are never written in the file
@@ -31,6 +31,10 @@ A pool file is TOML::
     [workers.sim]                 # only for provider = "sim"
     dataset = "answers.jsonl"     # relative to the pool file
     skill = { math = 0.8, mcq = 0.7 }
+
+    [workers.replay]              # only for provider = "replay": recorded answers (docs/replay.md)
+    model = "gpt-4o-2024-08-06"   # the model key in the replay tables (CONDUCTOR_REPLAY_PATH; default: shipped)
+    behaviour = "own"             # own | majority: a step that sees earlier steps; one per pool
 
 Per provider (services/worker_adapter/providers/ documents each): ``openai_compatible`` needs ``base_url`` and may
 set ``top_k`` and ``enable_thinking`` (Qwen3's switch on vLLM/SGLang); ``anthropic`` takes ``thinking_budget``
@@ -55,7 +59,8 @@ from conductor.wire import field_of
 from schemas.plan import WorkerCard
 from schemas.solve import Budget
 
-Provider = Literal["openai", "anthropic", "openai_compatible", "local", "sim"]
+Provider = Literal["openai", "anthropic", "openai_compatible", "local", "sim", "replay"]
+Behaviour = Literal["own", "majority"]
 
 
 class PoolError(ValueError):
@@ -81,6 +86,13 @@ class SimSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     # Draw afresh for every task id, as a real model's samples differ between runs: repeats of an eval then vary
     # (and their standard error means something). Off: an identical request gets an identical reply in any task.
     vary_by_task: bool = False
+
+
+class ReplaySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A worker that answers with a real model's recorded answers. See services/worker_adapter/providers/replay.py."""
+
+    model: str  # the recorded model's key in the replay tables' ``answers``
+    behaviour: Behaviour = "own"  # what a step that sees earlier steps answers (docs/replay.md)
 
 
 class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -110,6 +122,7 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     timeout_s: Annotated[float, Meta(gt=0)] = 120.0
     max_retries: Annotated[int, Meta(ge=0)] = 4
     sim: SimSpec | None = None
+    replay: ReplaySpec | None = None
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         return (input_tokens * self.price_in_per_mtok + output_tokens * self.price_out_per_mtok) / 1_000_000
@@ -190,10 +203,32 @@ def _check(pool: Pool) -> None:
             raise PoolError(f"{where}: provider 'sim' needs a [workers.sim] table")
         if w.provider == "openai_compatible" and not w.base_url:
             raise PoolError(f"{where}: provider 'openai_compatible' needs base_url")
-        if w.provider != "sim" and not w.model:
+        if w.provider not in ("sim", "replay") and not w.model:
             raise PoolError(f"{where}: model is required")
+        if w.provider == "replay":
+            _check_replay(where, w)
         if w.provider == "anthropic" and w.thinking_budget and w.thinking_budget < 1024:
             raise PoolError(f"{where}: thinking_budget must be 0 (off) or >= 1024 (the Messages API minimum)")
+    behaviours = sorted({w.replay.behaviour for w in pool.workers if w.replay is not None})
+    if len(behaviours) > 1:
+        raise PoolError(f"replay workers mix behaviour models {behaviours}; a pool has one (docs/replay.md)")
+
+
+def _check_replay(where: str, w: WorkerSpec) -> None:
+    if w.replay is None:
+        raise PoolError(f"{where}: provider 'replay' needs a [workers.replay] table (model, behaviour)")
+    if not w.replay.model:
+        raise PoolError(f"{where}: [workers.replay] model names no recorded model")
+    if w.price_in_per_mtok == 0 and w.price_out_per_mtok == 0:
+        raise PoolError(
+            f"{where}: a replay worker needs its prices (price_in_per_mtok, price_out_per_mtok; see "
+            "tasks/data/replay/prices.toml)"
+        )
+
+
+def replay_behaviour(pool: Pool) -> str | None:
+    """The pool's behaviour model for replay workers (one per pool), or None when it has none."""
+    return next((w.replay.behaviour for w in pool.workers if w.replay is not None), None)
 
 
 def load_pool(path: Path | None) -> Pool:

@@ -14,6 +14,10 @@ from conductor.answers import agreement, normalize_text, same_answer
 
 __all__ = ["agreement", "balanced", "boxed_all", "boxed_spans", "normalize_text", "same_answer"]
 
+LITERAL_DOMAIN = "literal"
+"""The domain of answers that are Python literals (CRUXEval): the verifier compares evaluated literals
+(services/verifier/literal.py); workers are asked for the ``general`` family's answer tags."""
+
 _BOX_CMD = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 

@@ -27,14 +27,14 @@ from schemas.verify import (
     Verdict,
     VerifyRequest,
 )
-from services.verifier import codecheck, mcq
+from services.verifier import codecheck, literal, mcq
 from services.verifier.config import Settings
 from services.verifier.extract import final_answers, last_python_block
 from services.verifier.fairness import REQUESTER, FairLimit
 from services.verifier.processes import Launch, ProcessError, ProcessSet
 from services.verifier.sandbox import launcher
 from services.verifier.sandbox.client import LayerReport, Sandbox
-from tasks.answers import normalize_text
+from tasks.answers import LITERAL_DOMAIN, normalize_text
 
 log = structlog.get_logger("conductor.verifier")
 MAX_ANSWER_CHARS = 2000  # a boxed answer longer than this is not an answer; it would only feed slow parsing
@@ -225,6 +225,9 @@ class Verifier:
             )
         if len(last) > MAX_ANSWER_CHARS:
             return done(False, f"final answer longer than {MAX_ANSWER_CHARS} characters", last[:200])
+        if (req.domain or "").lower() == LITERAL_DOMAIN:
+            ok, reason = literal.grade(last, ref.answer)
+            return done(ok, f"{reason} ({answers.source})", last)
         if ref.kind == "exact":
             ok = (
                 normalize_text(last) == normalize_text(ref.answer)

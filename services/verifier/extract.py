@@ -1,5 +1,9 @@
 """Pull the final answer out of a model response: strip thinking, then find boxed answers, answer tags or code.
 
+A response that answers in the JSON form ZeroEval asks for (``{"reasoning": ..., "answer": ...}``, the recorded
+answers of tasks/data/replay) states its answer in the ``answer`` field: when the response opens with that object,
+the field is its one final answer; elsewhere the field counts only when nothing else marks an answer.
+
 Boxes are found by tasks/answers.py, the rule the task loaders check their references with.
 
 Every function here is pure and linear-time on its input (no regex that can backtrack catastrophically), because
@@ -8,6 +12,7 @@ responses are written by the policy under training and may be adversarial.
 
 from __future__ import annotations
 
+import json
 import re
 
 import msgspec
@@ -19,13 +24,14 @@ _OPEN = re.compile(r"<(" + "|".join(THINK_TAGS) + r")\b[^>]{0,40}>", re.IGNORECA
 _FINAL_CUE = re.compile(r"final answer\s*(?:is|:|：)\s*", re.IGNORECASE)
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})([^\n]*)\n", re.MULTILINE)
 PYTHON_LANGS = {"python", "py", "python3", "py3"}
+_JSON_FORM = re.compile(r"\s{0,20}(?:```(?:json)?\s{0,20})?\{")  # a response that opens with a JSON object
 
 
 class Answers(msgspec.Struct, frozen=True, kw_only=True):
     """Every final-answer candidate in the answer region, in order; the last one is *the* answer."""
 
     items: list[str]
-    source: str  # "boxed" | "answer_tag" | "final_cue" | "none"
+    source: str  # "boxed" | "answer_tag" | "final_cue" | "json" | "none"
 
     @property
     def last(self) -> str | None:
@@ -117,10 +123,60 @@ def final_answers(response: str) -> Answers:
     Never the last number in the text: a response without an explicit final answer has none. Answers under
     different markers are not ranked against each other: a response stating two different ones has several.
     """
-    found = marked_answers(strip_thinking(response))
+    region = strip_thinking(response)
+    answer = json_answer(region) if _JSON_FORM.match(region) else None
+    if answer is not None:  # a response in the JSON form: its answer field, not a box inside its reasoning
+        return Answers(items=[(boxed_all(answer) or [answer])[-1]], source="json")
+    found = marked_answers(region)
     if not found:
+        answer = json_answer(region)
+        if answer is not None:
+            return Answers(items=[(boxed_all(answer) or [answer])[-1]], source="json")
         return Answers(items=[], source="none")
     return Answers(items=[answer for _, answer, _ in found], source=found[-1][2])
+
+
+JSON_TRIES = 4  # objects tried, each parse linear: a response of many braces costs at most four scans
+_JSON_QUOTED = re.compile(r'"answer"[ \t]{0,8}:\s{0,8}"((?:[^"\\\n]|\\.){0,2000})"')
+_JSON_BARE = re.compile(r'"answer"[ \t]{0,8}:[ \t]{0,8}([^\s"{][^\n]{0,200})')
+_JSON_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|[\\\"/])")
+
+
+def _unescape(raw: str) -> str:
+    r"""A JSON string's source text, decoded for ``\\``, ``\"``, ``\/`` and ``\uXXXX`` only: models write LaTeX
+    unescaped (``"\frac12"``), and JSON would read ``\f``, ``\b``, ``\t``, ``\n``, ``\r`` as control characters."""
+
+    def one(m: re.Match[str]) -> str:
+        body = m.group(1)
+        return chr(int(body[1:], 16)) if body.startswith("u") else body
+
+    return _JSON_ESCAPE.sub(one, raw)
+
+
+def json_answer(region: str) -> str | None:
+    r"""The ``answer`` field of ZeroEval's JSON answer format, as text; None when the response has none.
+
+    A quoted value is read from its source text (``_unescape``); an unquoted one (a number, a list) from the first
+    JSON object that parses, or as written up to the end of its line.
+    """
+    quoted = _JSON_QUOTED.search(region)
+    if quoted is not None:
+        return _unescape(quoted.group(1)).strip()
+    decoder = json.JSONDecoder()
+    pos = 0
+    for _ in range(JSON_TRIES):
+        start = region.find("{", pos)
+        if start < 0:
+            break
+        pos = start + 1
+        try:
+            value, _end = decoder.raw_decode(region, start)
+        except ValueError:  # json.JSONDecodeError, or a number too long to convert
+            continue
+        if isinstance(value, dict) and "answer" in value and value["answer"] is not None:
+            return json.dumps(value["answer"], ensure_ascii=False)
+    bare = _JSON_BARE.search(region)
+    return bare.group(1).strip().rstrip(",}").strip() or None if bare else None
 
 
 def last_python_block(response: str) -> str:

@@ -15,6 +15,7 @@ from services.worker_adapter.config import WorkerAdapterSettings, api_keys, chec
 from services.worker_adapter.core import RetryPolicy, WorkerAdapter
 from services.worker_adapter.provider import Provider
 from services.worker_adapter.providers import build_providers
+from services.worker_adapter.providers.replay import check_pool as check_replay
 from services.worker_adapter.providers.sim import check_datasets
 from services.worker_adapter.shared import Shared, shared_or_local
 
@@ -47,7 +48,10 @@ class WorkerAdapterService:
     async def start(self, broker: NatsBroker) -> None:
         if self._providers is None:
             self._providers = build_providers(
-                self.pool, self._keys, local_threads=self.settings.local_threads
+                self.pool,
+                self._keys,
+                local_threads=self.settings.local_threads,
+                replay_path=self.settings.replay_path,
             )
         for worker, env in missing_keys(self.pool, self._keys).items():  # allowed (create_service checked)
             log.warning("worker has no API key; its calls will fail", worker=worker, env_var=env)
@@ -85,10 +89,12 @@ class WorkerAdapterService:
 
 def create_service(env: Mapping[str, str] | None = None) -> WorkerAdapterService:
     """Everything the pool needs is checked before anything starts: each worker's API key (``SettingsError``
-    unless CONDUCTOR_ALLOW_MISSING_KEYS) and each sim worker's dataset (``PoolError``)."""
+    unless CONDUCTOR_ALLOW_MISSING_KEYS), each sim worker's dataset and each replay worker's recorded model
+    (``PoolError``)."""
     settings = WorkerAdapterSettings.from_env(env)
     pool = load_pool(settings.common.pool_file)
     keys = api_keys(pool, env)
     check_keys(pool, keys, settings)
     check_datasets(pool)
+    check_replay(pool, settings.replay_path)
     return WorkerAdapterService(settings, pool, keys=keys)

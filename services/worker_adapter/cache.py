@@ -73,10 +73,12 @@ _decoder = msgspec.json.Decoder(CachedCall)
 def call_digest(spec: WorkerSpec, params: CallParams, messages: Sequence[ChatMessage]) -> str:
     """Hex SHA-256 of the call's canonical encoding; also the ledger's check that a duplicate is the same call."""
     sim = spec.provider == "sim"
+    # A replay worker's reply is decided by the recorded model and the behaviour model (and the messages).
+    model = f"{spec.replay.model}:{spec.replay.behaviour}" if spec.replay else spec.model
     key = CallKey(
         KEY_VERSION,
         spec.provider,
-        spec.model,
+        model,
         spec.base_url,
         params.max_tokens,
         params.temperature,

@@ -84,6 +84,13 @@ class WorkerAdapterSettings(msgspec.Struct, frozen=True, kw_only=True):
             "torch intra-op threads for the `local` provider; 0 keeps torch's default.",
         ),
     ] = 0
+    replay_path: Annotated[
+        str,
+        Env(
+            "CONDUCTOR_REPLAY_PATH",
+            "Replay tables for `replay` workers: files or folders, separated by ':'; empty: the shipped tables.",
+        ),
+    ] = ""
     allow_missing_keys: Annotated[
         bool,
         Env(
