@@ -65,6 +65,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from conductor import metrics, tracing
 from conductor.access import is_reply_inbox
 from conductor.liveness import (
+    CallHeaderError,
     CallPolicy,
     PendingCall,
     ResponderLost,
@@ -295,7 +296,16 @@ class EndpointServer:
         return dispatch
 
     async def _serve(self, ep: Endpoint, msg: Msg) -> None:
-        period, deadline = parse_call(msg.headers) if msg.headers else (None, None)
+        try:
+            period, deadline = parse_call(msg.headers) if msg.headers else (None, None)
+        except CallHeaderError as exc:  # answered as bad input, nothing run (issue 34)
+            log.warning("request with a malformed deadline refused", subject=ep.subject, error=str(exc))
+            metrics.bad_request(ep.subject)
+            if msg.reply:
+                await self._reply(
+                    ep, msg.reply, ep.on_error(ErrorInfo(code=ErrorCode.BAD_REQUEST, message=str(exc)))
+                )
+            return
         watched = None
         if deadline is not None or (period is not None and msg.reply):
             watched = self._watch.watch(msg.reply, period, deadline)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import math
 import time
 from collections.abc import Mapping
 
@@ -93,14 +94,27 @@ def _number(text: str) -> float | None:
         return None
 
 
+class CallHeaderError(ValueError):
+    """A ``Conductor-Call`` deadline that is not a finite number: the request is answered with ``bad_request``."""
+
+
 def parse_call(headers: Mapping[str, str] | None) -> tuple[float | None, float | None]:
-    """(beat period, deadline) a request asks for; malformed or absent parts are None (a plain client)."""
+    """(beat period, deadline) a request asks for; absent parts, and a malformed beat, are None (a plain client).
+    A deadline given but not a finite number (``nan``, ``inf``, text) is ``CallHeaderError``: nothing can be
+    compared with NaN, and a request that names a deadline must not run as if it had none (issue 34)."""
     value = headers.get(CALL_HEADER) if headers else None
     if value is None:
         return None, None
     beat_text, _, deadline_text = value.partition(";")
     beat = _number(beat_text)
-    return (max(beat, MIN_BEAT_S) if beat is not None and beat > 0 else None), _number(deadline_text)
+    deadline = _number(deadline_text.strip())
+    if deadline_text.strip() and (deadline is None or not math.isfinite(deadline)):
+        raise CallHeaderError(
+            f"the {CALL_HEADER} header's deadline {deadline_text.strip()[:40]!r} is not a finite number of unix "
+            "seconds"
+        )
+    beat = beat if beat is not None and math.isfinite(beat) else None
+    return (max(beat, MIN_BEAT_S) if beat is not None and beat > 0 else None), deadline
 
 
 def is_beat(headers: Mapping[str, str] | None) -> bool:

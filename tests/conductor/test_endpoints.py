@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import time
 
 import msgspec
 import nats
@@ -13,6 +14,7 @@ import pytest
 
 from conductor.app.cli import dump_tasks
 from conductor.endpoints import Endpoint, EndpointServer, Requester
+from conductor.liveness import CALL_HEADER
 from conductor.wire import encode
 from schemas.errors import ErrorCode
 from schemas.work import WorkReply
@@ -75,6 +77,29 @@ async def test_a_handler_that_raises_answers_with_a_typed_internal_error(nats_ur
         # the server keeps serving after a failure
         again = msgspec.json.decode((await nc.request(subject, b"{}", timeout=5)).data, type=WorkReply)
         assert again.error is not None and again.error.code == ErrorCode.INTERNAL
+
+
+@pytest.mark.parametrize("deadline", ["nan", "inf", "-inf", "soon"])
+async def test_a_deadline_that_is_not_a_finite_number_is_a_typed_bad_request(
+    nats_url, subject_prefix, deadline
+):
+    """Failed before (issue 34): a NaN deadline logged a traceback and the request ran as if it had none."""
+    ran = []
+
+    async def handler(body: bytes) -> bytes:
+        ran.append(body)
+        return body
+
+    subject = f"{subject_prefix}ep.deadline"
+    async with _served(nats_url, [_endpoint(subject, handler)], concurrency=2) as (nc, _):
+        headers = {CALL_HEADER: f"2;{deadline}"}
+        reply = msgspec.json.decode(
+            (await nc.request(subject, b"{}", timeout=5, headers=headers)).data, type=WorkReply
+        )
+        assert reply.error is not None and reply.error.code == ErrorCode.BAD_REQUEST
+        assert f"deadline {deadline!r} is not a finite number" in reply.error.message and ran == []
+        fine = {CALL_HEADER: f"2;{time.time() + 30:.3f}"}
+        assert (await nc.request(subject, b"{}", timeout=5, headers=fine)).data == b"{}"
 
 
 async def test_stop_lets_in_flight_handlers_answer_and_then_takes_nothing_more(nats_url, subject_prefix):
