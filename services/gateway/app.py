@@ -39,7 +39,13 @@ class GatewayService:
         self.pool = pool or load_pool(settings.common.pool_file)
         # Read at construction, so a missing or malformed keys file stops `serve` before anything starts.
         self.keys = (
-            keys if keys is not None else (KeyRing.load(settings.keys_file) if settings.keys_file else None)
+            keys
+            if keys is not None
+            else (
+                KeyRing.load(settings.keys_file, reserve_usd=settings.reserve_usd)
+                if settings.keys_file
+                else None
+            )
         )
         self.endpoints: list[Endpoint] = []
         self.router = NatsRouter()

@@ -115,7 +115,9 @@ class KeyRing:
         return key
 
     @classmethod
-    def load(cls, path: Path) -> KeyRing:
+    def load(cls, path: Path, *, reserve_usd: float | None = None) -> KeyRing:
+        """The keys of ``path``; ``reserve_usd`` is the gateway's default hold per request (``CONDUCTOR_GATEWAY_
+        RESERVE_USD``), which a key's spend limit must cover."""
         try:
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
@@ -126,10 +128,10 @@ class KeyRing:
             parsed = msgspec.convert(raw, _KeysFile)
         except msgspec.ValidationError as exc:
             raise KeysFileError(f"gateway keys file {path}: {exc}") from exc
-        return cls(_checked(parsed.keys, path))
+        return cls(_checked(parsed.keys, path, reserve_usd))
 
 
-def _checked(keys: list[ApiKey], path: Path) -> list[ApiKey]:
+def _checked(keys: list[ApiKey], path: Path, reserve_usd: float | None = None) -> list[ApiKey]:
     names: set[str] = set()
     digests: set[str] = set()
     for i, key in enumerate(keys):
@@ -142,6 +144,13 @@ def _checked(keys: list[ApiKey], path: Path) -> list[ApiKey]:
             raise KeysFileError(f"{where}: rpm must be >= 1")
         if key.spend_usd_per_day is not None and not key.spend_usd_per_day > 0:
             raise KeysFileError(f"{where}: spend_usd_per_day must be > 0")
+        held = key.reserve_usd or reserve_usd
+        if key.spend_usd_per_day is not None and held is not None and held > key.spend_usd_per_day:
+            whose = "its reserve_usd" if key.reserve_usd else "CONDUCTOR_GATEWAY_RESERVE_USD"
+            raise KeysFileError(
+                f"{where}: spend_usd_per_day ${key.spend_usd_per_day:g} is below the ${held:g} held per request "
+                f"({whose}): every request would be refused; raise the limit or lower the reserve"
+            )
         if key.name in names or key.sha256 in digests:
             raise KeysFileError(f"{where}: duplicate name or key")
         names.add(key.name)

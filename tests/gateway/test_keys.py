@@ -128,3 +128,21 @@ async def test_a_foreign_object_stored_as_a_key_record_is_refused_counted_and_re
     await Quotas(kv, clock=lambda: 1_000_000.0).admit(key)  # type: ignore[arg-type]
     assert metrics.REGISTRY.get_sample_value("conductor_store_entries_refused_total", labels) == before + 1
     assert msgspec.json.decode(kv.value, type=KeyLoad).requests == 1 and kv.revision == 2
+
+
+def test_a_key_whose_daily_limit_is_below_its_reserve_is_refused_at_start_up_with_the_reason(tmp_path):
+    """Failed before (issue 34): loaded, then every request refused with "reached its spend limit ... $0 spent"."""
+    path = tmp_path / "keys.toml"
+    path.write_text(entry_toml(ApiKey(name="tight", sha256="1" * 64, spend_usd_per_day=0.01)))
+    with pytest.raises(
+        KeysFileError, match=r"keys\[0\]: spend_usd_per_day \$0.01 is below the \$0.05 held per "
+    ):
+        KeyRing.load(path, reserve_usd=0.05)  # the gateway's default reserve
+    assert len(KeyRing.load(path, reserve_usd=0.01)) == 1  # a limit equal to the hold admits one request
+    path.write_text(entry_toml(ApiKey(name="own", sha256="1" * 64, spend_usd_per_day=0.01, reserve_usd=0.02)))
+    with pytest.raises(KeysFileError, match=r"\(its reserve_usd\): every request would be refused"):
+        KeyRing.load(path, reserve_usd=0.001)
+    path.write_text(
+        entry_toml(ApiKey(name="fits", sha256="1" * 64, spend_usd_per_day=0.01, reserve_usd=0.002))
+    )
+    assert len(KeyRing.load(path, reserve_usd=0.05)) == 1
