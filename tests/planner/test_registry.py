@@ -162,3 +162,42 @@ def test_the_record_of_an_unregistered_adapter_carries_its_digest_and_card(tmp_p
 def test_an_unknown_name_lists_the_registered_ones() -> None:
     with pytest.raises(RegistryError, match=TRAINED):
         policies.get("smollm2-nope")
+
+
+def test_conductor_policies_lists_each_registered_policy(capsys) -> None:
+    import json
+
+    from conductor.app.cli import main
+
+    assert main(["policies"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["name", "version", "pool", "adapter"] and len(lines) == len(REGISTRY)
+    shown = {line.split()[0]: line for line in lines}
+    for p in REGISTRY.values():
+        assert p.sha256[:19] in shown[p.name] and p.results in shown[p.name]
+        default_for = f"{p.sha256[:19]}  {p.pool if p.default else '-'} "  # the column after the adapter
+        assert default_for in shown[p.name]
+    assert main(["policies", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in listed] == list(REGISTRY)
+    assert [r["name"] for r in listed if r["default for"] == "sim_pool.toml"] == [TRAINED]
+
+
+def test_a_registered_name_stands_for_its_model_and_adapter(installed: None) -> None:
+    views2 = REGISTRY["smollm2-views2"]
+    resolution = resolve({"CONDUCTOR_POOL": SIM_POOL, "CONDUCTOR_POLICY": views2.name})
+    assert resolution.env["CONDUCTOR_POLICY"] == views2.base
+    assert (
+        resolution.env["CONDUCTOR_POLICY_ADAPTER"] == views2.adapter and resolution.policy == views2.record()
+    )
+    assert "named by CONDUCTOR_POLICY" in resolution.line
+
+
+def test_a_registered_name_this_install_cannot_run_is_refused_naming_what_is_missing(monkeypatch) -> None:
+    """Named explicitly, it is not silently replaced by a baseline the caller did not ask for."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        policies.importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a)
+    )
+    with pytest.raises(RegistryError, match="smollm2-views2 needs gguf"):
+        resolve({"CONDUCTOR_POOL": SIM_POOL, "CONDUCTOR_POLICY": "smollm2-views2"})
