@@ -3,10 +3,12 @@ rerun that resumes, the budget cap, bad input; and real SDKs (openai, anthropic)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from evaluation.runner import Options
 from services.planner.baselines import ANSWER
 from tasks import registry
 from tests.evaluation.conftest import QUIET
+from tests.vllm_server import VllmServer
 from tests.worker_adapter.fakeapi import FakeAPI, Reply, anthropic_ok, openai_ok
 
 pytestmark = pytest.mark.e2e
@@ -166,6 +169,24 @@ def test_an_unwritable_folder_exits_2(tmp_path: Path, capsys) -> None:
         tmp_path.chmod(0o700)
 
 
+@contextlib.asynccontextmanager
+async def _serving(
+    pool: Path, nats_url: str, subject_prefix: str, monkeypatch: pytest.MonkeyPatch, extra: dict[str, str]
+) -> AsyncIterator[None]:
+    """Every service in this process on the session's nats-server, serving ``pool``."""
+    env = {
+        "NATS_URL": nats_url,
+        "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
+        "CONDUCTOR_POOL": str(pool),
+        "CONDUCTOR_LOG_LEVEL": "WARNING",
+        **extra,
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    async with running(create_services(service_names("all"), env), CommonSettings.from_env(env), name="rec"):
+        yield
+
+
 def _wire(body: dict[str, Any]) -> Reply:
     """Each provider's wire reply, naming the question's last line so the table can be checked against it."""
     last = body["messages"][-1]["content"].splitlines()[0]
@@ -202,20 +223,9 @@ price_out_per_mtok = 15.0
 max_retries = 0
 """
         )
-        env = {
-            "NATS_URL": nats_url,
-            "CONDUCTOR_SUBJECT_PREFIX": subject_prefix,
-            "CONDUCTOR_POOL": str(pool),
-            "CONDUCTOR_LOG_LEVEL": "WARNING",
-            "TEST_OPENAI_KEY": "sk-test",
-            "TEST_ANTHROPIC_KEY": "ak-test",
-        }
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
+        keys = {"TEST_OPENAI_KEY": "sk-test", "TEST_ANTHROPIC_KEY": "ak-test"}
         out = tmp_path / "wire.jsonl.gz"
-        async with running(
-            create_services(service_names("all"), env), CommonSettings.from_env(env), name="rec"
-        ):
+        async with _serving(pool, nats_url, subject_prefix, monkeypatch, keys):
             code, asked, got = await record(out, "--pool", str(pool), "--benchmark", "sim", "--limit", "3")
     assert (code, asked, got) == (0, 6, 6) and len(api.seen) == 6
     sent = {(s.body["model"], s.body["messages"][-1]["content"]) for s in api.seen}
@@ -227,3 +237,38 @@ max_retries = 0
         assert gpt.text == f"gpt on {first}\nAnswer: A" and (gpt.input_tokens, gpt.output_tokens) == (29, 11)
         assert claude.text == f"claude on {first}\nAnswer: B" and claude.output_tokens == 12
         assert gpt.cost_usd == pytest.approx((29 * 2.0 + 11 * 10.0) / 1e6)
+
+
+@pytest.mark.vllm  # the server: the vllm_server fixture (tests/conftest.py), skipped without one
+async def test_records_a_vllm_served_worker(
+    vllm_server: VllmServer,
+    nats_url: str,
+    subject_prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SmolLM2 (or whatever the tier serves) as the recorded worker, through the services and the openai SDK."""
+    pool = tmp_path / "pool.toml"
+    pool.write_text(
+        f"""
+[[workers]]
+name = "smollm2"
+provider = "openai_compatible"
+model = "{vllm_server.model}"
+base_url = "{vllm_server.url}"
+max_tokens = 256
+timeout_s = 300.0
+price_in_per_mtok = 0.1
+price_out_per_mtok = 0.2
+"""
+    )
+    out = tmp_path / "vllm.jsonl.gz"
+    argv = ("--pool", str(pool), "--benchmark", "sim", "--limit", "2", "--k", "2", "--timeout", "600")
+    async with _serving(pool, nats_url, subject_prefix, monkeypatch, {}):
+        assert (await record(out, *argv))[1:] == (4, 4)
+        assert await record(out, *argv) == (0, 0, 0)
+    problems = {p.id: p for p in registry.load_benchmark("sim")}
+    for (_, item), rec in read_table(out).items():
+        assert rec.prompt == prompt(problems[item], ANSWER, load_pool(pool))
+        for a in [rec.answers["smollm2"], *rec.more_answers["smollm2"]]:
+            assert a.text.strip() and 0 < a.output_tokens <= 256 and a.input_tokens > 0
