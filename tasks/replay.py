@@ -9,6 +9,7 @@ Interface (what the replay provider, the routers, ``conductor record`` and train
 - ``load_prices(path=None)`` -> ``{model: Price}`` (USD per 1M tokens; ``sourced``, ``source``).
 - ``is_held_out(set, id)``: the tables' split rule (sha256 of ``set:id``, first byte < 64); ``in_test_split``: the
   registry entries' train/test rule over the shipped (public) part.
+- ``problems(path, set)``: a table as registry ``Problem``s (the ``replay-*`` entries; ``conductor eval --data``).
 - ``SETS``, ``ZEROEVAL_MODELS`` (the 12 in price order of the README), ``MMLU_MODELS`` (the 14).
 - Errors: ``ReplayError`` (a ``TaskError``) and its kinds: ``ReplayFileError`` (missing/unreadable file),
   ``ReplayFormatError`` (``file:line``), ``UnknownModelError``, ``NoRecordError``. Each message is one line.
@@ -28,7 +29,11 @@ from pathlib import Path
 
 import msgspec
 
+from schemas.verify import TextReference
+from tasks.answers import LITERAL_DOMAIN
+from tasks.datasets import LETTERS, render_choices
 from tasks.errors import DatasetError, MissingDataError, TaskError
+from tasks.problem import Problem
 
 REPLAY_PATH_ENV = "CONDUCTOR_REPLAY_PATH"
 """Files or folders of replay tables, separated by ``:``; unset or empty: the shipped tables."""
@@ -163,10 +168,10 @@ def read_table(path: Path) -> list[ReplayRecord]:
         lines = data.decode("utf-8").split("\n")  # not splitlines(): questions hold U+0085
     except FileNotFoundError:
         raise ReplayFileError(f"replay table {path} does not exist") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error, UnicodeDecodeError) as exc:  # BadGzipFile is an OSError
+        raise ReplayFormatError(f"{path}: not a gzip UTF-8 JSON Lines table ({exc})") from None
     except OSError as exc:
         raise ReplayFileError(f"replay table {path}: {exc.strerror or exc}") from None
-    except (gzip.BadGzipFile, EOFError, zlib.error, UnicodeDecodeError) as exc:
-        raise ReplayFormatError(f"{path}: not a gzip UTF-8 JSON Lines table ({exc})") from None
     records = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -309,3 +314,63 @@ def load_prices(path: Path | None = None) -> dict[str, Price]:
 def select(records: Sequence[ReplayRecord], *, test: bool) -> list[ReplayRecord]:
     """The registry split: the records in (``test=True``) or out of the test part."""
     return [r for r in records if in_test_split(r.set, r.id) == test]
+
+
+DOMAINS = {"math-l5": "math", "gsm": "math", "crux": LITERAL_DOMAIN, "mmlu-redux": "mcq"}
+TABLES = {
+    "math-l5": "math-l5.jsonl.gz",
+    "gsm": "gsm.jsonl.gz",
+    "crux": "crux.jsonl.gz",
+    "mmlu-redux": "mmlu-redux.jsonl.gz",
+}
+
+
+def problem(record: ReplayRecord, benchmark: str) -> Problem:
+    """One record as the registry presents it: the original question (options rendered for multiple choice) and
+    the gold as the project's verifiers read it (math equivalence, evaluated literals, a letter)."""
+    gold = str(record.gold)
+    question = record.question
+    if record.set == "mmlu-redux":
+        choices = record.choices or []
+        if len(choices) != 4 or not gold.isdigit() or int(gold) >= len(choices):
+            raise ReplayFormatError(
+                f"{record.set}:{record.id}: expected 4 choices and a gold index, got {gold!r}"
+            )
+        question = render_choices(question, choices)
+        reference = TextReference(answer=LETTERS[int(gold)], kind="mcq", choices=choices)
+    elif record.set == "crux":
+        reference = TextReference(answer=gold, kind="exact")
+    elif record.set == "gsm":  # released as "# 1,234"
+        reference = TextReference(answer=gold.lstrip("#").strip().replace(",", ""), kind="math")
+    elif record.set == "math-l5":
+        reference = TextReference(answer=gold, kind="math")
+    else:
+        raise ReplayFormatError(
+            f"{record.set}:{record.id}: unknown set {record.set!r}; known: {', '.join(SETS)}"
+        )
+    return Problem(
+        id=record.id,
+        benchmark=benchmark,
+        question=question,
+        reference=reference,
+        domain=DOMAINS[record.set],
+        subject=record.subject,
+    )
+
+
+def problems(path: Path | None, set_name: str, benchmark: str) -> list[Problem]:
+    """A table's records of ``set_name`` as ``Problem``s (``None``: the shipped table); a table of another set only
+    is an error naming it."""
+    path = path or shipped_dir() / TABLES[set_name]
+    records = read_table(path)
+    mine = [r for r in records if r.set == set_name]
+    if not mine:
+        have = sorted({r.set for r in records})
+        raise ReplayFormatError(f"{path}: no {set_name!r} records (it holds {', '.join(have) or 'none'})")
+    return [problem(r, benchmark) for r in mine]
+
+
+def split_part(found: Sequence[Problem], set_name: str, *, test: bool) -> list[Problem]:
+    """The registry split of loaded problems: held-out records (a held-out file) are always test; the public ones
+    follow ``in_test_split``."""
+    return [p for p in found if (is_held_out(set_name, p.id) or in_test_split(set_name, p.id)) == test]

@@ -82,6 +82,10 @@ def test_every_entry_declares_a_version_splits_and_a_note() -> None:
         "bigcodebench-hard",
         "rlpr",
         "humaneval",
+        "replay-math-l5",
+        "replay-gsm",
+        "replay-crux",
+        "replay-mmlu-redux",
         "jsonl",
     ]
     for entry in registry.REGISTRY.values():
