@@ -54,7 +54,11 @@ def keys_file(tmp_path: Path) -> tuple[Path, str, str, str, str, str]:
     reserved, reserved_entry = new_key("reserved")
     metered, metered_entry = new_key("metered")
     limited_entry = type(limited_entry)(name="limited", sha256=limited_entry.sha256, rpm=2)
-    spend_entry = type(spend_entry)(name="spender", sha256=spend_entry.sha256, spend_usd_per_day=1e-9)
+    spend_entry = type(
+        spend_entry
+    )(
+        name="spender", sha256=spend_entry.sha256, spend_usd_per_day=1e-9, reserve_usd=1e-9
+    )  # a reserve above the limit is refused at start-up (issue 34): equal, it fits only while nothing is spent
     reserved_entry = type(reserved_entry)(
         name="reserved", sha256=reserved_entry.sha256, spend_usd_per_day=0.0003, reserve_usd=0.00005
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import aiohttp
 import msgspec
@@ -202,7 +203,7 @@ async def test_requests_without_a_valid_key_get_401(gateway, headers, code):
         await client(gateway, "cnd-wrong").models.list()
 
 
-async def test_rate_and_spend_limits_give_429_with_retry_after_and_per_key_metrics(gateway):
+async def test_rate_and_spend_limits_give_429_with_retry_after_and_per_key_metrics(gateway, nats_url):
     body = json.dumps({"model": "sim-small", "messages": [{"role": "user", "content": QUESTION}]})
     before = counter("conductor_gateway_requests_total", key="limited", status="429")
     statuses = [(await _post(gateway, body, _auth(gateway.limited_key)))[0] for _ in range(2)]
@@ -212,8 +213,13 @@ async def test_rate_and_spend_limits_give_429_with_retry_after_and_per_key_metri
     assert counter("conductor_gateway_requests_total", key="limited", status="429") == before + 1
     assert counter("conductor_gateway_cost_usd_total", key="limited") > 0
 
-    # A request's reservation must fit under the day's limit before it runs: under a limit this small nothing does,
-    # so nothing is spent (issue 19, item 3: the limit is never overshot by a request that was admitted anyway).
+    # A request's reservation must fit under the day's limit before it runs: with half the limit spent, the
+    # spender's (the whole limit) does not, so nothing is spent (issue 19, item 3: the limit is never overshot by a
+    # request that was admitted anyway).
+    nc = await nats.connect(nats_url)
+    kv = await nc.jetstream().key_value(Names.for_prefix(gateway.prefix).gateway_quota_bucket)
+    await kv.put("spender", msgspec.json.encode(KeyLoad(day=int(time.time() // 86400), spend_usd=5e-10)))
+    await nc.close()
     status, payload, _ = await _post(gateway, body, _auth(gateway.spend_key))
     assert (status, payload["error"]["code"]) == (429, "spend_limit_exceeded")
     assert counter("conductor_gateway_cost_usd_total", key="spender") == 0
