@@ -74,6 +74,10 @@ class PolicyCard(msgspec.Struct, frozen=True, kw_only=True):
 
     prompt: PromptStyle
     show_domain: bool = True  # the prompt's "Answer type:" line
+    # Schema 13: recursion rounds after the first it was trained to take (issue 33: it decides from the first round's
+    # results whether to hand back or escalate). A planner serving it says so in every reply (``PlanReply.rounds``)
+    # and the executor runs them even when a request asks for fewer; a request may ask for more.
+    rounds: Annotated[int, Meta(ge=0, le=4)] = 0
     max_steps: Annotated[int, Meta(ge=1, le=10)] = 5
     temperature: Annotated[float, Meta(ge=0, le=5)] = 1.0
     max_tokens: Annotated[int, Meta(ge=1, le=32768)] = 1024

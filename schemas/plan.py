@@ -97,6 +97,9 @@ class PlanReply(msgspec.Struct, frozen=True, kw_only=True):
         None  # the backend failure the fallback stood in for (fallback_used=True)
     )
     rejected: list[RejectedSample] = []  # each unparseable sample: its reason and the start of its text
+    # Schema 13: the recursion rounds after the first that the serving policy's card asks for (a policy trained to
+    # decide from the first round's results, issue 33); the executor runs that many when the request asks fewer.
+    rounds: Annotated[int, Meta(ge=0, le=8)] = 0
 
     @property
     def handback(self) -> bool:

@@ -155,6 +155,8 @@ class RoundRecord(msgspec.Struct, frozen=True, kw_only=True):
     completion: str = ""
     steps: list[StepRecord] = []
     handback: bool = False  # the Conductor returned three empty lists: previous answer kept
+    # Schema 13: the rounds after the first that the planning policy's card asks for (PlanReply.rounds)
+    card_rounds: int = 0
     fallback_used: bool = False
     planner_attempts: int = 1
     planner_usage: Usage = Usage()

@@ -34,6 +34,8 @@ from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PriorRound, Workflow
 from schemas.solve import RoundRecord, SolveRequest, StepRecord
 from schemas.tasks import TaskCheckpoint
+from services.executor.config import ExecutorSettings
+from services.executor.validation import rounds_allowed
 from tasks.finals import step_answers
 
 
@@ -42,7 +44,12 @@ def refused(field: str, message: str) -> ErrorInfo:
 
 
 def checkpoint_error(
-    cp: TaskCheckpoint, req: SolveRequest, view: Sequence[str], *, max_steps: int
+    cp: TaskCheckpoint,
+    req: SolveRequest,
+    view: Sequence[str],
+    *,
+    max_steps: int,
+    settings: ExecutorSettings,
 ) -> ErrorInfo | None:
     """Why ``cp`` may not be resumed for the delivered ``req`` on the pool ``view`` (its workers' names, numbered as
     the Conductor sees them) with the task's step cap; None when it may."""
@@ -50,8 +57,9 @@ def checkpoint_error(
         return refused("task_id", f"it belongs to task {cp.task_id!r}")
     if cp.request != req:
         return refused("request", "its request differs from the submitted one")
-    if len(cp.rounds) > req.max_rounds + 1:
-        return refused("rounds", f"{len(cp.rounds)} rounds for a task of at most {req.max_rounds + 1}")
+    allowed = rounds_allowed(req, cp.rounds, settings)
+    if len(cp.rounds) > allowed + 1:
+        return refused("rounds", f"{len(cp.rounds)} rounds for a task of at most {allowed + 1}")
     for i, rnd in enumerate(cp.rounds):
         if rnd.round != i:
             return refused(f"rounds[{i}].round", f"round {rnd.round} recorded in place {i}")

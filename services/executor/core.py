@@ -46,7 +46,7 @@ from services.executor.config import ExecutorSettings
 from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
 from services.executor.recording import record_served
 from services.executor.transport import Transport
-from services.executor.validation import step_cap, validate, workflow_error
+from services.executor.validation import rounds_allowed, step_cap, validate, workflow_error
 from services.executor.verifying import verify
 from tasks.finals import step_answers
 
@@ -233,7 +233,9 @@ class Executor:
         if cp is None or validate(req, self.pool, self.settings) is not None:
             return None
         view = [w.name for w in self.pool.subset(req.pool)]
-        error = checkpoint_error(cp, req, view, max_steps=step_cap(req, self.settings))
+        error = checkpoint_error(
+            cp, req, view, max_steps=step_cap(req, self.settings), settings=self.settings
+        )
         if error is None:
             return cp
         log.warning(
@@ -371,8 +373,8 @@ class _TaskRun:
         """Plan (or take) and run each round in turn; the error that stopped them, if any."""
         st, req = self.state, self.req
         error: ErrorInfo | None = None
-        first = self.first_round
-        for rnd in range(first + len(st.rounds), first + req.max_rounds + 1):
+        rnd = self.first_round + len(st.rounds)
+        while rnd <= self.first_round + rounds_allowed(req, st.rounds or [st.current], self.ex.settings):
             structlog.contextvars.bind_contextvars(round=rnd)
             if st.workflow is None:
                 error, stop = await self._plan_round(rnd)
@@ -396,6 +398,7 @@ class _TaskRun:
                 )
             )
             await self.save()
+            rnd += 1
         structlog.contextvars.unbind_contextvars("round")
         return error
 
@@ -602,6 +605,7 @@ def _round_record(rnd: int, plan: PlanReply) -> RoundRecord:
         reasoning=plan.reasoning,
         completion=plan.completion,
         handback=plan.handback,
+        card_rounds=plan.rounds,
         fallback_used=plan.fallback_used,
         planner_attempts=plan.attempts,
         planner_usage=plan.usage,

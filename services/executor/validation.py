@@ -8,11 +8,13 @@ intake), before it gets here; what is left depends on this deployment (its pool 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from conductor.pool import Pool
 from conductor.workflow import WorkflowFormatError, validate_workflow
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest
-from schemas.solve import SolveRequest
+from schemas.solve import RoundRecord, SolveRequest
 from services.executor.config import ExecutorSettings
 
 TASK_ID_RULE = "task_id must be 1-128 ASCII letters, digits, '-', '_' or '.' (no '..', no '.' at either end)"
@@ -65,6 +67,18 @@ def step_cap(req: SolveRequest, settings: ExecutorSettings) -> int:
     """The most steps one of the task's workflows may have: the request's ``max_steps`` or the deployment's default,
     never above the deployment's cap."""
     return min(req.max_steps or settings.default_max_steps, settings.max_steps_cap)
+
+
+def rounds_allowed(
+    req: SolveRequest, records: Sequence[RoundRecord | None], settings: ExecutorSettings
+) -> int:
+    """The recursion rounds after the first a task may run: the request's ``max_rounds``, or those its first plan's
+    policy card asks for (``RoundRecord.card_rounds``: a policy trained to decide from the first round's results,
+    issue 33), whichever is more — never above the deployment's cap. ``records``: the task's rounds so far, or the
+    round in progress when none has finished (``None`` before the first plan)."""
+    first = next((r for r in records if r is not None), None)
+    wanted = min(first.card_rounds, settings.max_rounds_cap) if first is not None else 0
+    return max(req.max_rounds, wanted)
 
 
 def workflow_error(plan: PlanReply, ask: PlanRequest) -> ErrorInfo | None:

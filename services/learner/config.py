@@ -120,6 +120,9 @@ class DataSection(_Section):
     # it re-scoring a completion returns the same draw, and selection by reward selects noise (issue 18).
     fresh_draws: bool = False
     max_steps: Annotated[int, Meta(ge=1, le=10)] = 5  # docs/method.md §1: at most five steps
+    # Recursion rounds after the first the policy is trained to take and is served with (its card's ``rounds``): a
+    # policy that decides from the first round's results (``[cold_start.cascade]``) needs 1.
+    rounds: Annotated[int, Meta(ge=0, le=4)] = 0
     eval_questions: Positive = 64  # held-out questions per evaluation (the entries' "test" splits, by domain)
     eval_samples: Positive = 2  # completions per held-out question
     seed: int = 0
@@ -396,6 +399,11 @@ def check(config: LearnerConfig) -> None:
         raise ConfigError(f"data.k_min ({d.k_min}) exceeds the {len(d.workers)} workers in data.workers")
     if d.views_fraction and not d.views:
         raise ConfigError(f"data.views_fraction ({d.views_fraction}) needs data.views to draw from")
+    if config.cold_start.cascade is not None and (d.rounds < 1 or d.max_steps < 3):
+        raise ConfigError(
+            "[cold_start.cascade] trains a policy that decides from the first round's results: it needs "
+            f"data.rounds >= 1 (got {d.rounds}) and data.max_steps >= 3 (got {d.max_steps})"
+        )
     if d.full_view_fraction + d.views_fraction > 1:
         raise ConfigError(
             f"data.full_view_fraction ({d.full_view_fraction}) + data.views_fraction ({d.views_fraction}) exceed 1"

@@ -199,6 +199,7 @@ def policy_card(config: LearnerConfig, pool: Pool) -> PolicyCard:
         prompt=d.prompt_style,
         show_domain=d.show_domain,
         max_steps=d.max_steps,  # type: ignore[arg-type]
+        rounds=d.rounds,
         temperature=config.serve_temperature,
         max_tokens=g.max_completion_tokens,
         trained_by=config.name,

@@ -222,6 +222,7 @@ class Planner:
                 format_failures=failures,
                 rejected=rejected,
                 usage=usage,
+                rounds=card.rounds if card is not None else 0,  # a policy that decides from results recurses
             )
         # Deterministic for this request: the resamples already happened here, so asking again is not advised.
         info = ErrorInfo(code=ErrorCode.FORMAT_ERROR, message=failures[-1], retryable=False)

@@ -16,9 +16,17 @@ class ScriptedTransport:
     """Plans come from a list (one per round); each worker echoes what it saw so tests can check the template."""
 
     def __init__(
-        self, workflows: list[Workflow | None], *, fail_worker: str | None = None, delay: float = 0.0
+        self,
+        workflows: list[Workflow | None],
+        *,
+        fail_worker: str | None = None,
+        delay: float = 0.0,
+        card_rounds: int = 0,
     ):
         self.workflows = list(workflows)
+        self.card_rounds = (
+            card_rounds  # PlanReply.rounds: the recursion rounds a served policy's card asks for
+        )
         self.fail_worker = fail_worker
         self.delay = delay
         self.plan_requests: list[PlanRequest] = []
@@ -39,7 +47,13 @@ class ScriptedTransport:
             return PlanReply(
                 policy="scripted", error=ErrorInfo(code=ErrorCode.FORMAT_ERROR, message="unparseable")
             )
-        return PlanReply(policy="scripted", completion=f"plan {req.round}", workflow=wf, usage=Usage(calls=1))
+        return PlanReply(
+            policy="scripted",
+            completion=f"plan {req.round}",
+            workflow=wf,
+            usage=Usage(calls=1),
+            rounds=self.card_rounds,
+        )
 
     async def work(self, req: WorkRequest, timeout: float) -> WorkReply:
         self.work_requests.append(req)

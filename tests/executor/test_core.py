@@ -129,6 +129,23 @@ async def test_recursion_all_access_sees_previous_final_response():
     assert res.answer == "sim-knowledge@1: saw 5 msgs"
 
 
+async def test_a_policy_whose_card_recurses_gets_its_second_round_and_sees_each_steps_answer():
+    """Issue 33: a policy trained to decide from the first round's results (its card's ``rounds``) is given that
+    round even when the request asks for none; the second plan request shows each step's final answer."""
+    t = ScriptedTransport([wf([0, 1], [[], []]), wf([2], [[]])], card_rounds=1)
+    res = await run(t)
+    assert res.error is None and len(res.workflows) == 2 and res.workflows[0].card_rounds == 1
+    shown = t.plan_requests[1].previous[0].answers
+    assert [(a.step, a.model_id) for a in shown] == [(0, 0), (1, 1)]
+    # a request may ask for more than the card; never more than the deployment's cap
+    t = ScriptedTransport([wf([0], [[]]), wf([1], [[]]), wf([2], [[]])], card_rounds=1)
+    assert len((await run(t, max_rounds=2)).workflows) == 3
+    capped = ExecutorSettings(common=CommonSettings(), max_rounds_cap=0)
+    t = ScriptedTransport([wf([0], [[]]), wf([1], [[]])], card_rounds=1)
+    res = await Executor(POOL, capped, t).solve(SolveRequest(question="Q?"))
+    assert len(res.workflows) == 1
+
+
 async def test_worker_failure_is_typed_and_dependents_are_skipped():
     t = ScriptedTransport([wf([0, 1, 2], [[], "all", "all"])], fail_worker="sim-math")
     res = await run(t)
