@@ -29,6 +29,7 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,20 +116,38 @@ MAX_RANK = 256
 MAX_TARGETS = 64
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z0-9_]{1,64}){0,8}$")
 _NEUTRAL = (None, False, {}, [], "")
-_INFORMATIONAL = frozenset(
-    {
-        "base_model_name_or_path",
-        "revision",
-        "peft_version",
-        "inference_mode",
-        "init_lora_weights",
-        "megatron_core",
-        "qalora_group_size",
-        "auto_mapping",
-        "use_rslora",
-    }
-)
-"""Keys of a peft ``adapter_config.json`` that say nothing about what the adapter changes in the model."""
+
+
+def _text_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and len(value) <= 512)
+
+
+def _flag(value: Any) -> bool:
+    return value is True or value is False
+
+
+def _group_size(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 4096)
+
+
+_REVIEWED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    # Read only by AutoPeftModel and the Hub, never by ``PeftModel.from_pretrained`` on a base we load ourselves.
+    "base_model_name_or_path": (_text_or_none, "a name of at most 512 characters, or null"),
+    "revision": (_text_or_none, "a name of at most 512 characters, or null"),
+    "peft_version": (_text_or_none, "a version string, or null"),
+    "inference_mode": (_flag, "true or false"),
+    # Any other value is an initialisation peft *runs* at load (issue 34): "pissa"/"pissa_niter_<n>" (an SVD of
+    # every target weight, n iterations), "olora" (a QR), "loftq", "eva", "corda", "gaussian", ... — some rewrite
+    # the base weights themselves. Loaded weights overwrite a plain init; a named one has run by then.
+    "init_lora_weights": (_flag, "only true or false (any other value is an initialisation run at load)"),
+    # peft imports the module named here when ``megatron_config`` is set (which must be neutral): its default only.
+    "megatron_core": (lambda v: v in (None, "megatron.core"), "null or 'megatron.core'"),
+    "qalora_group_size": (_group_size, "a whole number 1..4096, or null (used only with use_qalora)"),
+    "use_rslora": (_flag, "true or false (the scale alpha/sqrt(r) instead of alpha/r)"),
+}
+"""Keys of a peft ``adapter_config.json`` that may hold a non-neutral value, each reviewed: what peft does with it,
+and the values allowed. ``auto_mapping`` is not among them (AutoPeftModel imports the library it names): only
+neutral."""
 
 
 def check_adapter_config(adapter_dir: Path) -> dict[str, Any]:
@@ -139,8 +158,8 @@ def check_adapter_config(adapter_dir: Path) -> dict[str, Any]:
     model-load lock for minutes), ``modules_to_save`` replaces whole modules (``lm_head``) with the file's copy,
     ``layer_replication`` grows the model, ``rank_pattern``/``alpha_pattern`` are regex-keyed. So: a plain LoRA
     (``peft_type`` LORA, causal LM, no bias, no DoRA), rank 1..256, ``target_modules`` a list of at most 64 module
-    names, each of those keys absent or empty, and any other key either informational or neutral (null, false,
-    empty) — a newer peft's new feature is refused until it is reviewed, not obeyed."""
+    names, each of those keys absent or empty, each reviewed key (``_REVIEWED``) one of its allowed values, and any
+    other key neutral (null, false, empty) — a newer peft's new feature is refused until it is reviewed, not obeyed."""
     path = adapter_dir / ADAPTER_CONFIG
     try:
         raw = path.read_bytes()
@@ -175,7 +194,11 @@ def check_adapter_config(adapter_dir: Path) -> dict[str, Any]:
         raise bad("bias", "only 'none'")
     checked = {"peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "target_modules", "bias"}
     for key, value in config.items():
-        if key not in checked and key not in _INFORMATIONAL and value not in _NEUTRAL:
+        if key in _REVIEWED:
+            allowed, what = _REVIEWED[key]
+            if not allowed(value):
+                raise bad(key, f"must be {what}")
+        elif key not in checked and value not in _NEUTRAL:
             raise bad(key, "not allowed in a served adapter (only neutral values: null, false, empty)")
     return config
 

@@ -54,6 +54,19 @@ def test_the_shipped_adapters_pass():
         ({"bias": "all"}, "bias"),
         ({"use_dora": True}, "use_dora"),
         ({"some_future_feature": {"x": 1}}, "some_future_feature"),  # reviewed before it is obeyed
+        # An initialisation run at load (issue 34): "pissa_niter_3000000" was still loading after 60 s; pissa and
+        # olora change base weights of an all-zero adapter.
+        ({"init_lora_weights": "pissa_niter_3000000"}, "init_lora_weights"),
+        ({"init_lora_weights": "pissa"}, "init_lora_weights"),
+        ({"init_lora_weights": "olora"}, "init_lora_weights"),
+        ({"init_lora_weights": "gaussian"}, "init_lora_weights"),
+        ({"init_lora_weights": 1}, "init_lora_weights"),
+        ({"megatron_core": "os"}, "megatron_core"),  # a module peft would import
+        ({"auto_mapping": {"base_model_class": "X", "parent_library": "os"}}, "auto_mapping"),
+        ({"use_rslora": "yes"}, "use_rslora"),
+        ({"inference_mode": "x"}, "inference_mode"),
+        ({"qalora_group_size": 10**9}, "qalora_group_size"),
+        ({"base_model_name_or_path": ["a"]}, "base_model_name_or_path"),
     ],
 )
 def test_a_hostile_config_is_refused_naming_the_key(tmp_path, changes, key):
@@ -61,6 +74,19 @@ def test_a_hostile_config_is_refused_naming_the_key(tmp_path, changes, key):
     with pytest.raises(VersionError) as err:
         check_adapter_config(adapter)
     assert err.value.reason == "corrupt" and f": {key} = " in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"init_lora_weights": True},
+        {"init_lora_weights": False},
+        {"init_lora_weights": KeyError},  # absent
+        {"use_rslora": True, "megatron_core": None, "revision": "main", "qalora_group_size": None},
+    ],
+)
+def test_reviewed_keys_take_their_allowed_values(tmp_path, changes):
+    assert check_adapter_config(_adapter(tmp_path, **changes))["peft_type"] == "LORA"
 
 
 def test_a_hostile_version_is_refused_when_unpacked(tmp_path):
