@@ -26,36 +26,32 @@ from pathlib import Path
 import msgspec
 
 from schemas.verify import Reference, TextReference
+from tasks.replay import ReplayAnswer, ReplayError, ReplayRecord
 
 
-class RecordError(ValueError):
+class RecordError(ReplayError):
     """A table that cannot be read or written, or a record that contradicts the table (a different question)."""
 
 
-class Answer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    text: str
-    chars: int
+class Answer(ReplayAnswer, frozen=True, kw_only=True, omit_defaults=True):
+    """``ReplayAnswer`` with what a recording knows besides the text."""
+
     prompt: str | None = None  # the exact prompt, where it differs from the record's
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
 
 
-class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    id: str
-    set: str
-    question: str
+class Record(ReplayRecord, frozen=True, kw_only=True, omit_defaults=True):
+    """``ReplayRecord`` with a recording's answers and extras; ``prompt`` and ``choices`` always written (null
+    included), as the format has them."""
+
+    answers: dict[str, Answer]
     prompt: str | None
     choices: list[str] | None
-    gold: str
-    answers: dict[str, Answer]
     domain: str | None = None
     reference: Reference | None = None
-    more_answers: dict[str, list[Answer]] = {}
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.set, self.id)
+    more_answers: dict[str, list[Answer]] = msgspec.field(default_factory=dict)
 
 
 Table = dict[tuple[str, str], Record]

@@ -1,5 +1,5 @@
 """`conductor record`: each worker of a pool answers a registry entry's questions alone, through the services, and
-the answers become a replay table (conductor/recording.py; docs/replay.md, "Record your own pool").
+the answers become a replay table (tasks/recording.py; docs/replay.md, "Record your own pool").
 
 Every answer is a ``single`` solve restricted to that worker (the path `conductor eval --strategy single:NAME`
 takes): the planner's one-step baseline, the executor, the worker-adapter, the verifier. The table's ``prompt`` is
@@ -31,7 +31,6 @@ from conductor.app.evaluate import BAD_INPUT, _Connected, _positive, _split
 from conductor.app.stack import local_stack
 from conductor.money import usd
 from conductor.pool import Pool, WorkerSpec, load_pool
-from conductor.recording import Answer, Journal, RecordError, answer, counts, record
 from evaluation.errors import EvalError
 from evaluation.runner import Options, Runner, sample, task_id
 from schemas.solve import SolveRequest, SolveResult
@@ -39,6 +38,7 @@ from services.executor.messages import build_messages
 from services.planner.baselines import ANSWER
 from tasks import registry
 from tasks.problem import Problem
+from tasks.recording import Answer, Journal, RecordError, answer, counts, record
 
 BUDGET_STOPPED = 5
 """Exit status of a run stopped at ``--budget-usd`` (its answers so far are in the table)."""

@@ -5,7 +5,7 @@ recorded — rollouts never — and only when the request carries a reference, s
 task's steps, those that saw no earlier answer are recorded (a step that saw others answered a different prompt
 than the question alone); each with the exact prompt the executor built for it, its text and its billed usage.
 One task is one record (``set`` = ``served``, ``id`` = the task id), appended as one gzip member
-(conductor/recording.py), so several executors may share the file.
+(tasks/recording.py), so several executors may share the file.
 
 Privacy: the file holds what users asked and what the models answered, verbatim (not the tenant or any key). It is
 written with mode 0600; whoever turns it on owns its retention. A failed write is logged and never fails the task.
@@ -19,10 +19,10 @@ from pathlib import Path
 import structlog
 
 from conductor.pool import Pool
-from conductor.recording import Answer, Record, RecordError, answer, append_member, record
 from schemas.solve import RoundRecord, SolveRequest, SolveResult, StepRecord
 from schemas.verify import Reference
 from services.executor.messages import build_messages, granted_steps
+from tasks.recording import Answer, Record, RecordError, answer, append_member, record
 
 SERVED_SET = "served"
 

@@ -18,11 +18,11 @@ from conductor.app.cli import build_parser, main
 from conductor.app.record import BUDGET_STOPPED, conclude, execute, prepare, prompt, worst_case_usd
 from conductor.app.runtime import create_services, running, service_names
 from conductor.pool import load_pool
-from conductor.recording import Journal, read_table
 from conductor.settings import CommonSettings
 from evaluation.runner import Options
 from services.planner.baselines import ANSWER
-from tasks import registry
+from tasks import registry, replay
+from tasks.recording import Journal, read_table
 from tests.evaluation.conftest import QUIET
 from tests.vllm_server import VllmServer
 from tests.worker_adapter.fakeapi import FakeAPI, Reply, anthropic_ok, openai_ok
@@ -56,6 +56,10 @@ async def test_records_the_sim_pool_then_resumes(services: dict[str, str], tmp_p
     lines = gzip.decompress(out.read_bytes()).splitlines()
     assert len(lines) == 3 and {"id", "set", "question", "prompt", "choices", "gold", "answers"} <= set(
         json.loads(lines[0])
+    )
+    shipped_reader = replay.read_table(out)  # what a replay worker loads (tasks/replay.py)
+    assert sorted(r.key for r in shipped_reader) == sorted(table) and all(
+        len(r.answers) == 2 for r in shipped_reader
     )
     assert await record(out, *argv, "--workers", "sim-math,sim-coder", "--k", "2") == (0, 0, 0)
     code, asked, got = await record(out, *argv, "--k", "2")  # the other three workers only

@@ -10,7 +10,6 @@ import pytest
 from conductor.app.runtime import create_services, running, service_names
 from conductor.client import ConductorClient
 from conductor.pool import load_pool
-from conductor.recording import read_table
 from conductor.settings import CommonSettings
 from schemas.plan import Access
 from schemas.solve import RoundRecord, SolveRequest, StepRecord
@@ -18,6 +17,7 @@ from services.executor.messages import build_messages
 from services.executor.recording import answered_alone
 from services.planner.baselines import PROPOSE
 from tasks import registry
+from tasks.recording import read_table
 
 pytestmark = pytest.mark.e2e
 
