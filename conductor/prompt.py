@@ -240,10 +240,10 @@ def conductor_messages(
     ]
 
 
-def _shown(response: str) -> str:
-    if len(response) <= MAX_SHOWN_RESPONSE_CHARS:
+def _shown(response: str, limit: int) -> str:
+    if len(response) <= limit:
         return response
-    return f"{response[:MAX_SHOWN_RESPONSE_CHARS]}\n[... truncated]"
+    return f"{response[:limit]}\n[... truncated]" if limit else "(not shown: see each step's final answer)"
 
 
 AGREEMENT = {
@@ -273,11 +273,13 @@ def recursion_messages(
     max_steps: int,
     domain: str | None = None,
     examples: Sequence[FewShot] = FEW_SHOT,
+    response_chars: int = MAX_SHOWN_RESPONSE_CHARS,
 ) -> list[ChatMessage]:
-    """A recursion round (docs/method.md §5): the task, each earlier round's completion and result, then the choice."""
+    """A recursion round (docs/method.md §5): the task, each earlier round's completion and result (its first
+    ``response_chars`` characters) and each step's final answer, then the choice."""
     rounds = "\n\n".join(
         f"### Round {i}\nYour completion:\n{p.completion}\n\n"
-        f"Result of the coordination strategy (final response):\n{_shown(p.final_response)}"
+        f"Result of the coordination strategy (final response):\n{_shown(p.final_response, response_chars)}"
         f"{step_answer_lines(p.answers)}"
         for i, p in enumerate(previous, 1)
     )
@@ -311,13 +313,22 @@ def policy_messages(
     max_steps: int,
     domain: str | None = None,
     style: str = "examples",
+    response_chars: int = MAX_SHOWN_RESPONSE_CHARS,
 ) -> list[ChatMessage]:
     """The prompt in one of ``PROMPT_STYLES``: a first round without ``previous``, a recursion round with it."""
     if style not in PROMPT_STYLES:
         raise ValueError(f"prompt style {style!r}: expected one of {', '.join(PROMPT_STYLES)}")
     examples = FEW_SHOT if style == "examples" else ()
     built = (
-        recursion_messages(question, workers, previous, max_steps=max_steps, domain=domain, examples=examples)
+        recursion_messages(
+            question,
+            workers,
+            previous,
+            max_steps=max_steps,
+            domain=domain,
+            examples=examples,
+            response_chars=response_chars,
+        )
         if previous
         else conductor_messages(question, workers, max_steps=max_steps, domain=domain, examples=examples)
     )

@@ -78,6 +78,9 @@ class PolicyCard(msgspec.Struct, frozen=True, kw_only=True):
     # results whether to hand back or escalate). A planner serving it says so in every reply (``PlanReply.rounds``)
     # and the executor runs them even when a request asks for fewer; a request may ask for more.
     rounds: Annotated[int, Meta(ge=0, le=4)] = 0
+    # Schema 13: how much of an earlier round's final response a recursion prompt shows (conductor/prompt.py); 0
+    # shows none, only each step's final answer. A policy is served with the length it was trained on.
+    response_chars: Annotated[int, Meta(ge=0, le=100_000)] = 8_000
     max_steps: Annotated[int, Meta(ge=1, le=10)] = 5
     temperature: Annotated[float, Meta(ge=0, le=5)] = 1.0
     max_tokens: Annotated[int, Meta(ge=1, le=32768)] = 1024

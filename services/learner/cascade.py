@@ -40,7 +40,7 @@ from schemas.plan import StepAnswer, Workflow
 from services.learner.config import LearnerConfig
 from services.learner.episodes import Episode, first_round, messages, next_round
 from services.learner.rewards import ConductorReward
-from services.learner.search import FORMAT, SOLVE, Candidate, completion
+from services.learner.search import SOLVE, Candidate, completion
 from tasks.finals import step_answer
 from tasks.problem import Problem
 
@@ -368,19 +368,16 @@ def answer_matrix(
 
 def first_completion(first: Sequence[int], problem: Problem, workers: Sequence[WorkerSpec]) -> str:
     kind = KIND.get(problem.benchmark, "a question")
-    fmt = FORMAT.get(problem.domain, "Give the final answer.")
     if len(first) == 1:
         why = f"This is {kind}. Model {first[0]} answers it alone."
     else:
         named = ", ".join(f"Model {o}" for o in first[:-1]) + f" and Model {first[-1]}"
         why = f"This is {kind}. {named} answer it independently; if their answers differ, a stronger model decides."
-    wf = Workflow(
-        model_id=list(first), subtasks=[f"{SOLVE} {fmt}"] * len(first), access_list=[[] for _ in first]
-    )
+    wf = Workflow(model_id=list(first), subtasks=[SOLVE] * len(first), access_list=[[] for _ in first])
     return render_completion(why, wf)
 
 
-def second_completion(state: str, action: int | None, problem: Problem) -> str:
+def second_completion(state: str, action: int | None) -> str:
     said = {
         "agree": "The steps gave the same final answer",
         "differ": "The steps gave different final answers",
@@ -390,8 +387,7 @@ def second_completion(state: str, action: int | None, problem: Problem) -> str:
         return render_completion(
             f"{said}, so the result stands.", Workflow(model_id=[], subtasks=[], access_list=[])
         )
-    fmt = FORMAT.get(problem.domain, "Give the final answer.")
-    wf = Workflow(model_id=[action], subtasks=[f"{SOLVE} {fmt}"], access_list=[[]])
+    wf = Workflow(model_id=[action], subtasks=[SOLVE], access_list=[[]])
     return render_completion(f"{said}, so Model {action} answers the question afresh.", wf)
 
 
@@ -418,7 +414,7 @@ def rows(
             second = next_round(ep, text1, cells[c.first[-1]].response, answers)
             state = state_of(cells, c.first)
             action = c.action(state)
-            text2 = second_completion(state, None if action is None else view.index(action), p)
+            text2 = second_completion(state, None if action is None else view.index(action))
             out.append(_row(second, text2, pool, config))
     return out
 

@@ -123,6 +123,9 @@ class DataSection(_Section):
     # Recursion rounds after the first the policy is trained to take and is served with (its card's ``rounds``): a
     # policy that decides from the first round's results (``[cold_start.cascade]``) needs 1.
     rounds: Annotated[int, Meta(ge=0, le=4)] = 0
+    # How much of an earlier round's final response a recursion prompt shows (the card's ``response_chars``); 0:
+    # only each step's final answer — a decision from results needs no more, and a CPU run pays for every token.
+    response_chars: Annotated[int, Meta(ge=0, le=100_000)] = 8_000
     eval_questions: Positive = 64  # held-out questions per evaluation (the entries' "test" splits, by domain)
     eval_samples: Positive = 2  # completions per held-out question
     seed: int = 0

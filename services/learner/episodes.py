@@ -108,6 +108,7 @@ def messages(episode: Episode, pool: Pool, data: DataSection) -> list[dict[str, 
         max_steps=data.max_steps,
         domain=domain,
         style=data.prompt_style,
+        response_chars=data.response_chars,
     )
     return [{"role": m.role, "content": m.content} for m in built]
 

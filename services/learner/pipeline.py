@@ -200,6 +200,7 @@ def policy_card(config: LearnerConfig, pool: Pool) -> PolicyCard:
         show_domain=d.show_domain,
         max_steps=d.max_steps,  # type: ignore[arg-type]
         rounds=d.rounds,
+        response_chars=d.response_chars,
         temperature=config.serve_temperature,
         max_tokens=g.max_completion_tokens,
         trained_by=config.name,

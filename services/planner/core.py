@@ -27,7 +27,7 @@ import msgspec
 import structlog
 
 from conductor.answer_format import answer_type
-from conductor.prompt import policy_messages, view_refusal
+from conductor.prompt import MAX_SHOWN_RESPONSE_CHARS, policy_messages, view_refusal
 from conductor.workflow import WorkflowFormatError, parse_completion
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import REJECTED_TEXT_CHARS, PlanReply, PlanRequest, RejectedSample
@@ -159,6 +159,7 @@ class Planner:
             max_steps=req.max_steps,
             domain=domain if serve.show_domain else None,
             style=serve.prompt if policy is self.policy else "examples",
+            response_chars=card.response_chars if card is not None else MAX_SHOWN_RESPONSE_CHARS,
         )
         failures: list[str] = []
         rejected: list[RejectedSample] = []

@@ -59,6 +59,8 @@ def test_the_recursion_prompt_lists_each_steps_answer_and_whether_they_agree() -
     cards = [WorkerCard(index=i, description=f"w{i}") for i in range(3)]
     user = recursion_messages("Q?", cards, [prior], max_steps=3)[-1].content
     assert "Step 0 (Model 2): 5\nStep 1 (Model 0): 6\nThe steps gave different final answers." in user
+    short = recursion_messages("Q?", cards, [prior], max_steps=3, response_chars=0)[-1].content
+    assert "(not shown: see each step's final answer)" in short and "Step 1 (Model 0): 6" in short
     older = PriorRound(completion="c", final_response="r")  # written before schema 13: nothing added
     assert (
         "Final answer of each step" not in recursion_messages("Q?", cards, [older], max_steps=3)[-1].content
