@@ -32,8 +32,9 @@ from nats.js.api import RetentionPolicy, StorageType
 
 from conductor.access import inbox_prefix
 from conductor.credentials import user_of
+from conductor.data import adapter_path, shipped_policies
 from conductor.kube import KubeError, api_client, roll_policy_server, wait_rolled
-from conductor.policy_versions import DEFAULT_MAX_BYTES, MAX_BYTES, VersionError
+from conductor.policy_versions import DEFAULT_MAX_BYTES, MAX_BYTES, VersionError, check_adapter_config
 from conductor.settings import CommonSettings, Count, Env, NonNegative, PositiveSeconds, SettingsError, read
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.learner import (
@@ -50,6 +51,7 @@ from services.learner.versions import PolicyServerError, finished_policy, load_r
 from tasks.errors import TaskError
 
 log = structlog.get_logger("conductor.learner")
+SHIPPED_PREFIX = "conductor/data/policies/"
 
 ACK_WAIT_S = 60.0
 PULL_EXPIRY_S = 5.0
@@ -263,7 +265,8 @@ class LearnerService:
     def placed(self, config: LearnerConfig, output_dir: str | None) -> LearnerConfig:
         """The config with every path it names under ``CONDUCTOR_LEARNER_CHECKPOINT_DIR``: a job is a client's
         text, and its paths are where the learner writes (output, a converted base model) or what it reads and
-        may publish (a base, a pool, task files); ``ConfigError`` naming the key when one would leave the directory."""
+        may publish (a base, a pool, task files, an adapter to start from); ``ConfigError`` naming the key when one
+        would leave the directory."""
         root = self.settings.checkpoint_dir.resolve()
 
         def inside(key: str, value: str) -> str:
@@ -273,6 +276,22 @@ class LearnerService:
             if not placed.is_relative_to(root):
                 raise ConfigError(f"{key}: {value} is outside CONDUCTOR_LEARNER_CHECKPOINT_DIR ({root})")
             return str(placed)
+
+        def adapter(value: str) -> str:
+            """A shipped policy by name (conductor/data/policies), else a directory placed like any other path; an
+            adapter peft would obey beyond a plain LoRA is refused here, as the planner's is (issue 34)."""
+            if not value:
+                return value
+            name = value.removeprefix(
+                SHIPPED_PREFIX
+            )  # the presets name shipped policies by their path in the repo
+            shipped = "/" not in name and name in shipped_policies()
+            placed = str(adapter_path(name)) if shipped else inside("model.adapter", value)
+            try:
+                check_adapter_config(Path(placed))
+            except VersionError as exc:
+                raise ConfigError(f"model.adapter: {exc}") from exc
+            return placed
 
         m, d, o = config.model, config.data, config.output
         tasks = [
@@ -285,7 +304,7 @@ class LearnerService:
         ]
         return msgspec.structs.replace(
             config,
-            model=msgspec.structs.replace(m, path=inside("model.path", m.path)),
+            model=msgspec.structs.replace(m, path=inside("model.path", m.path), adapter=adapter(m.adapter)),
             data=msgspec.structs.replace(d, pool_file=inside("data.pool_file", d.pool_file), tasks=tasks),
             output=msgspec.structs.replace(
                 o,

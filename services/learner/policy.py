@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from services.learner.config import LearnerConfig
+from services.learner.config import ConfigError, LearnerConfig
 
 SMOLLM2_DIR = "smollm2-135m-instruct"
 
@@ -33,11 +33,16 @@ def prepare_base(config: LearnerConfig, questions: Sequence[Any]) -> Path:
 
 def _with_adapter(config: LearnerConfig, base: Path) -> Path:
     """``model.adapter`` merged into ``base`` once, as ``start-model/`` in the run's directory."""
+    from conductor.policy_versions import VersionError, check_adapter_config
     from services.learner.export import load_with_adapter
 
     adapter = Path(config.model.adapter)
     if not (adapter / "adapter_config.json").is_file():
         raise FileNotFoundError(f"model.adapter: {adapter} holds no adapter_config.json (an exported policy)")
+    try:  # checked again before peft reads it, as the planner does before every load (issue 34)
+        check_adapter_config(adapter)
+    except VersionError as exc:
+        raise ConfigError(f"model.adapter: {exc}") from exc
     out = Path(config.output.dir) / "start-model"
     if not (out / "config.json").is_file():
         model = load_with_adapter(base, adapter)
