@@ -363,6 +363,24 @@ def answer_matrix(
     )
 
 
+def dump_matrix(matrix: Matrix) -> dict[str, dict[str, list[Any]]]:
+    """The matrix as JSON-ready lists (``answer_matrix.json`` of a run), read back by ``load_matrix``."""
+    return {
+        pid: {w: [c.reward, c.cost, c.response, c.answer] for w, c in row.items()}
+        for pid, row in matrix.items()
+    }
+
+
+def load_matrix(raw: Mapping[str, Mapping[str, Sequence[Any]]]) -> Matrix:
+    return {
+        pid: {
+            w: Cell(reward=float(v[0]), cost=float(v[1]), response=str(v[2]), answer=v[3])
+            for w, v in row.items()
+        }
+        for pid, row in raw.items()
+    }
+
+
 # --- the rows ---------------------------------------------------------------------------------------------------
 
 

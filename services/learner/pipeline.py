@@ -251,7 +251,14 @@ def _cascade_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[st
         if not c.questions
         else random.Random(config.model.seed).sample(train, min(c.questions, len(train)))
     )
-    matrix, masked = cascade.answer_matrix(questions, pool, workers, reward)
+    matrix_path = path.with_name("answer_matrix.json")
+    if matrix_path.is_file():  # a run stopped after scoring: the rollouts are not paid for twice
+        saved = json.loads(matrix_path.read_text())
+        matrix, masked = cascade.load_matrix(saved["cells"]), saved["masked"]
+    else:
+        matrix, masked = cascade.answer_matrix(questions, pool, workers, reward)
+        matrix_path.parent.mkdir(parents=True, exist_ok=True)
+        matrix_path.write_text(json.dumps({"cells": cascade.dump_matrix(matrix), "masked": masked}))
     views = config.data.views or [workers]
     choices = [cascade.choose(matrix, questions, view, budget=c.budget, cheap=c.cheap) for view in views]
     rows = cascade.rows(choices, questions, matrix, pool, config)
@@ -267,12 +274,6 @@ def _cascade_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[st
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"rows": rows, "figures": figures}))
-    matrix_path = path.with_name("answer_matrix.json")
-    matrix_path.write_text(
-        json.dumps(
-            {pid: {w: [c.reward, c.cost, c.answer] for w, c in row.items()} for pid, row in matrix.items()}
-        )
-    )
     return rows, figures
 
 
