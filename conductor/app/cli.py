@@ -428,7 +428,8 @@ def _add_learner_commands(sub: argparse._SubParsersAction) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done; 1 the work ran and failed (an error result, a failed check); 2 refused before any
     work: bad input or configuration, NATS unreachable or refusing the credentials, nothing serving the request,
-    a port in use, a full store; 3 a solve timed out; 4 no stored result yet."""
+    a port in use, a full store; 3 a solve timed out; 4 no stored result yet; 5 `conductor record` stopped at its
+    --budget-usd cap."""
     from conductor.client import DuplicateTaskError, NatsUnreachableError, NoExecutorError
     from conductor.credentials import CredentialsError
     from conductor.pool import PoolError

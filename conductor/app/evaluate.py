@@ -56,7 +56,7 @@ RUNNING_PLANNER = "the running services' planner (its policy is set where it run
 BAD_INPUT = (EvalError, TaskError, PoolError, SettingsError)
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
     """A whole number >= 1 (argparse prints the message and exits 2 otherwise)."""
     try:
         value = int(text)
@@ -82,15 +82,15 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
         "router:best|per-set|vote|cascade[:A+B>C]|knn|oracle, composed from every worker's single answers "
         "(docs/evaluation.md)",
     )
-    p.add_argument("--repeats", type=_positive, default=1)
-    p.add_argument("--limit", type=_positive, help="items per benchmark (a seeded sample)")
+    p.add_argument("--repeats", type=positive, default=1)
+    p.add_argument("--limit", type=positive, help="items per benchmark (a seeded sample)")
     p.add_argument(
         "--train-limit",
-        type=_positive,
+        type=positive,
         help="with routers: train items per benchmark they calibrate on (a seeded sample; default --limit, "
         "else the whole train split)",
     )
-    p.add_argument("--concurrency", type=_positive, default=8, help="items in flight at once")
+    p.add_argument("--concurrency", type=positive, default=8, help="items in flight at once")
     p.add_argument(
         "--pool",
         help="pool file for services started here (default: the sim pool's workers over the "
@@ -139,7 +139,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 2
 
 
-def _split(text: str | None) -> list[str]:
+def split_names(text: str | None) -> list[str]:
     return [p.strip() for p in (text or "").split(",") if p.strip()]
 
 
@@ -207,16 +207,17 @@ def prepare(args: argparse.Namespace) -> Prepared:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     problems = _in_domains(
-        registry.load_all(_split(args.benchmark), _data_paths(args.data), hub=args.hub), _split(args.domains)
+        registry.load_all(split_names(args.benchmark), _data_paths(args.data), hub=args.hub),
+        split_names(args.domains),
     )
     train = (
-        _in_domains(routing.calibration(problems, hub=args.hub), _split(args.domains))
+        _in_domains(routing.calibration(problems, hub=args.hub), split_names(args.domains))
         if routing.named(args.strategy)
         else {}
     )
     external = not args.embedded and reachable(CommonSettings.from_env(env).nats_url)
     pool, pool_file = _pool(args, env, external, out, {**problems, **train})
-    subset = _subset(pool, _split(args.pool_subset))
+    subset = _subset(pool, split_names(args.pool_subset))
     workers = subset or pool.names()
     named, router_specs = routing.split_spec(args.strategy, workers)
     strategies = parse_strategies([*named, *(["single:*"] if router_specs else [])], workers)
@@ -340,7 +341,7 @@ async def execute(prep: Prepared, console: Console) -> tuple[dict[Key, ItemResul
             f"{len(prep.strategies)} strategies × {repeats} repeats)"
         )
         console.print(prep.policy_line, markup=False, highlight=False)
-        async with _Connected(stack.settings) as client:
+        async with Connected(stack.settings) as client:
             runner = Runner(client, prep.out, prep.options)
             todo, done = runner.pending(prep.jobs)
             new = await _with_progress(runner, todo, list(done.values()), console)
@@ -369,7 +370,7 @@ def finish(
     return results
 
 
-class _Connected:
+class Connected:
     """``ConductorClient`` whose failure to connect is the typed ``ServiceUnreachableError``."""
 
     def __init__(self, settings: CommonSettings) -> None:
@@ -414,4 +415,4 @@ def _figures(items: list[ItemResult]) -> dict[str, str]:
     return {"acc": f"{100 * acc:.1f}%", "cost": usd(sum(it.cost_usd for it in items))}
 
 
-__all__ = ["add_eval_command", "cmd_eval", "finish"]
+__all__ = ["BAD_INPUT", "Connected", "add_eval_command", "cmd_eval", "finish", "positive", "split_names"]

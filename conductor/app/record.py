@@ -27,7 +27,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from conductor.app.evaluate import BAD_INPUT, _Connected, _positive, _split
+from conductor.app.evaluate import BAD_INPUT, Connected, positive, split_names
 from conductor.app.stack import local_stack
 from conductor.money import usd
 from conductor.pool import Pool, WorkerSpec, load_pool
@@ -60,13 +60,13 @@ def add_record_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--benchmark", required=True, help=f"NAME[:SPLIT]: {', '.join(registry.names())}")
     p.add_argument("--workers", help="comma-separated worker names (default: every worker of the pool)")
     p.add_argument(
-        "--k", type=_positive, default=1, help="answers per question and worker (2nd..: more_answers)"
+        "--k", type=positive, default=1, help="answers per question and worker (2nd..: more_answers)"
     )
-    p.add_argument("--limit", type=_positive, help="questions (a seeded sample, as eval's)")
+    p.add_argument("--limit", type=positive, help="questions (a seeded sample, as eval's)")
     p.add_argument(
         "--budget-usd", type=_usd, help="stop before this run's worker spend could pass this (exit 5)"
     )
-    p.add_argument("--concurrency", type=_positive, default=8, help="calls in flight at once")
+    p.add_argument("--concurrency", type=positive, default=8, help="calls in flight at once")
     p.add_argument("--data", metavar="PATH", help="a local copy of the benchmark")
     p.add_argument(
         "--embedded", action="store_true", help="always start a private NATS and the services here"
@@ -117,7 +117,7 @@ def prepare(args: argparse.Namespace) -> Plan:
     journal.check_writable()
     pool_file = Path(args.pool)
     pool = load_pool(pool_file)
-    workers = _workers(pool, _split(args.workers))
+    workers = _workers(pool, split_names(args.workers))
     problems = registry.load_all([args.benchmark], {args.benchmark: args.data} if args.data else None)
     [(set_name, items)] = problems.items()
     have = counts(journal.fold())  # a corrupt table or journal stops the run here
@@ -265,7 +265,7 @@ async def execute(plan: Plan, console: Console) -> tuple[Outcome, str]:
     async with local_stack(plan.env, name="record", mode=mode, pool=plan.pool_file) as stack:
         where = f"{'embedded' if stack.services_started else 'running'} services on {stack.settings.nats_url}"
         console.print(f"{where}: {len(plan.calls)} answers to record, {plan.recorded} already recorded")
-        async with _Connected(stack.settings) as client:
+        async with Connected(stack.settings) as client:
             runner = Runner(client, plan.journal.table.parent, plan.options)
             try:
                 return await _with_progress(plan, runner, console), where

@@ -37,9 +37,13 @@ async def record(out: Path, *argv: str) -> tuple[int, int, int]:
     return conclude(plan, outcome, where, QUIET), len(plan.calls), outcome.recorded
 
 
+def _sim(services: dict[str, str], limit: str, *more: str) -> tuple[str, ...]:
+    return ("--pool", services["CONDUCTOR_POOL"], "--benchmark", "sim", "--limit", limit, *more)
+
+
 async def test_records_the_sim_pool_then_resumes(services: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "sim.jsonl.gz"
-    argv = ("--pool", services["CONDUCTOR_POOL"], "--benchmark", "sim", "--limit", "3")
+    argv = _sim(services, "3")
     code, asked, got = await record(out, *argv, "--workers", "sim-math,sim-coder", "--k", "2")
     assert (code, asked, got) == (0, 12, 12)
     table = read_table(out)
@@ -68,16 +72,7 @@ async def test_records_the_sim_pool_then_resumes(services: dict[str, str], tmp_p
 
 async def test_a_killed_run_s_journal_is_folded_in(services: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "sim.jsonl.gz"
-    argv = (
-        "--pool",
-        services["CONDUCTOR_POOL"],
-        "--benchmark",
-        "sim",
-        "--limit",
-        "2",
-        "--workers",
-        "sim-math",
-    )
+    argv = _sim(services, "2", "--workers", "sim-math")
     await record(out, *argv)
     first = read_table(out)
     journal = Journal(out)
@@ -92,16 +87,7 @@ async def test_a_killed_run_s_journal_is_folded_in(services: dict[str, str], tmp
 
 async def test_the_budget_cap_stops_before_passing_it(services: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "sim.jsonl.gz"
-    argv = (
-        "--pool",
-        services["CONDUCTOR_POOL"],
-        "--benchmark",
-        "sim",
-        "--limit",
-        "4",
-        "--workers",
-        "sim-frontier",
-    )
+    argv = _sim(services, "4", "--workers", "sim-frontier")
     # a cap just above the largest worst case of one call (its whole max_tokens): the first call fits, and once
     # it has cost anything no second one does
     probe = prepare(build_parser().parse_args(["record", "--out", str(out), *argv]))
