@@ -21,6 +21,7 @@ import asyncio
 import hashlib
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,13 +122,14 @@ def prepare(args: argparse.Namespace) -> Plan:
     problems = registry.load_all([args.benchmark], {args.benchmark: args.data} if args.data else None)
     [(set_name, items)] = problems.items()
     have = counts(journal.fold())  # a corrupt table or journal stops the run here
+    chosen = sample(items, args.limit)
     calls = [
         Call(p, w, i)
-        for p in sample(items, args.limit)
+        for p in chosen
         for w in workers
         for i in range(have.get((set_name, p.id, w.name), 0), args.k)
     ]
-    wanted = len(sample(items, args.limit)) * len(workers) * args.k
+    wanted = len(chosen) * len(workers) * args.k
     return Plan(
         set_name=set_name,
         journal=journal,
@@ -216,7 +218,7 @@ def request(plan: Plan, call: Call, rid: str) -> SolveRequest:
     )
 
 
-async def record_calls(plan: Plan, runner: Runner, on_done) -> Outcome:
+async def record_calls(plan: Plan, runner: Runner, on_done: Callable[[Outcome], None]) -> Outcome:
     """Every call, ``concurrency`` at a time, each answer journaled as it comes; no call starts past the cap."""
     outcome = Outcome()
     rid = "rec-" + hashlib.sha256(str(plan.journal.table.resolve()).encode()).hexdigest()[:12]
