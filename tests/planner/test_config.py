@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.planner.config import ConfigError, PlannerSettings, Serving, build_policy, serving
+from services.planner.backend import build_policy
+from services.planner.config import ConfigError, PlannerSettings, Serving, serving
 from services.planner.policies.local import LocalPolicy
 from services.planner.policies.openai_endpoint import OpenAIEndpointPolicy
 

@@ -14,7 +14,8 @@ import pytest
 from conductor.natsserver import free_port
 from conductor.service import StartupError
 from services.planner.app import create_service
-from services.planner.config import PlannerSettings, endpoint_check
+from services.planner.backend import endpoint_check
+from services.planner.config import PlannerSettings
 from services.planner.policies.endpoint_check import check_endpoint
 
 

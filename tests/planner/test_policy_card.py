@@ -12,7 +12,8 @@ import pytest
 from conductor.policy_versions import CARD_FILE, read_card, write_card
 from schemas.learner import PolicyCard, PolicyVersion
 from schemas.plan import PlanRequest, WorkerCard
-from services.planner.config import ConfigError, PlannerSettings, Serving, adapter_card, serving
+from services.planner.backend import adapter_card
+from services.planner.config import ConfigError, PlannerSettings, Serving, serving
 from services.planner.core import Planner
 from services.planner.policy import Sample
 from services.planner.versions import VersionWatcher

@@ -201,3 +201,17 @@ def test_a_registered_name_this_install_cannot_run_is_refused_naming_what_is_mis
     )
     with pytest.raises(RegistryError, match="smollm2-views2 needs gguf"):
         resolve({"CONDUCTOR_POOL": SIM_POOL, "CONDUCTOR_POLICY": "smollm2-views2"})
+
+
+def test_the_planner_resolves_default_itself_and_a_bare_factory_keeps_the_baseline(tmp_path: Path) -> None:
+    """`CONDUCTOR_POLICY=default` reaching the planner (a deployment that says so) is resolved there; unset, a bare
+    factory plans with the settings' default, so what a test runs never depends on the installed extras."""
+    from services.planner.app import create_service
+
+    text = Path(SIM_POOL).read_text().replace("tuned for mathematics", "tuned for algebra")
+    (tmp_path / "pool.toml").write_text(text.replace('dataset = "', f'dataset = "{Path(SIM_POOL).parent}/'))
+    for env in ({"CONDUCTOR_POLICY": "default"}, {}):
+        svc = create_service({**env, "CONDUCTOR_POOL": str(tmp_path / "pool.toml")})
+        assert svc.settings.policy == "baseline:moa"
+    bare = create_service({"CONDUCTOR_POOL": SIM_POOL})
+    assert bare.settings.policy == "baseline:moa" and bare.settings.adapter is None

@@ -22,7 +22,8 @@ from conductor.settings import CommonSettings
 from schemas.tasks import Names
 from services.learner.versions import publish_adapter
 from services.planner.app import PlannerService
-from services.planner.config import PlannerSettings, build_policy
+from services.planner.backend import build_policy
+from services.planner.config import PlannerSettings
 from services.planner.policies.local import LocalPolicy
 from tests.adapters import PROMPT, TOKENS
 
