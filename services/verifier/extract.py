@@ -111,7 +111,8 @@ def marked_answers(region: str) -> list[tuple[int, str, str]]:
         end = len(rest) if end < 0 else end
         if any(cue.end() <= start < end for start, _, _ in boxes):
             continue  # "the final answer is 5 + 4 + 2 = \boxed{11}": the box on that line is the answer it states
-        line = rest[cue.end() : end].strip().rstrip(".").strip().strip("$").strip()
+        # "The final answer is:" then a line break: the colon is no answer (what follows, e.g. a JSON object, is)
+        line = rest[cue.end() : end].strip().lstrip(":：").rstrip(".").strip().strip("$").strip()
         if line:
             found.append((cue.start(), line, "final_cue"))
     return sorted((item for item in found if item[1]), key=lambda item: item[0])

@@ -9,6 +9,7 @@ the string ``'abc'``. Nesting past ``MAX_DEPTH`` or a longer text is no answer (
 from __future__ import annotations
 
 import ast
+import warnings
 
 MAX_CHARS = 2000
 MAX_DEPTH = 50
@@ -24,7 +25,11 @@ def evaluate(text: str) -> object:
     if len(text) > MAX_CHARS or max_depth(text) > MAX_DEPTH:
         raise _NoLiteral(text[:40])
     try:
-        return ast.literal_eval(text)
+        with (
+            warnings.catch_warnings()
+        ):  # "invalid decimal literal" and the like: a wrong answer, not a log line
+            warnings.simplefilter("ignore", SyntaxWarning)
+            return ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         raise _NoLiteral(text[:40]) from None
 

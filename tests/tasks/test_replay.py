@@ -148,3 +148,36 @@ def test_a_held_out_file_is_read_whole_as_the_test_split(tmp_path: Path) -> None
     other = write(tmp_path / "gsm.jsonl.gz", [json.dumps({**RECORD, "set": "gsm"})])
     with pytest.raises(DatasetError, match="no 'math-l5' records"):
         registry.load_benchmark("replay-math-l5", path=other)
+
+
+def test_literal_answers_compare_as_evaluated_python_literals() -> None:
+    from services.verifier import literal
+
+    assert (
+        literal.grade("[1,2]", "[1, 2]")[0] and literal.grade("{2: None, 1: None}", "{1: None, 2: None}")[0]
+    )
+    assert literal.grade("abc", "'abc'")[0]  # a bare word read as the string a JSON answer meant
+    assert not literal.grade("[1, 2", "[1, 2]")[0] and not literal.grade("'1'", "1")[0]
+    assert not literal.grade("[" * 200 + "]" * 200, "[]")[0]  # too deep: no answer, no RecursionError
+    assert literal.canonical("(1,2)") == literal.canonical("(1, 2)") != literal.canonical("[1, 2]")
+
+
+def test_the_verifier_reads_zeroeval_json_answers() -> None:
+    from services.verifier.extract import final_answers
+
+    opening = '```json\n{"reasoning": "so \\\\boxed{3} first", "answer": "\\frac{1}{2}"}\n```'
+    assert final_answers(opening).items == [
+        "\\frac{1}{2}"
+    ]  # the field, not a box in the reasoning; LaTeX kept
+    assert final_answers('{"reasoning": "r", "answer": [1, 2]}').items == ["[1, 2]"]
+    assert final_answers('Working.\n\\boxed{4}\n{"answer": "5"}').items == [
+        "4"
+    ]  # not the JSON form: markers first
+    assert final_answers('Working.\n"answer": "5"').items == ["5"]  # nothing else marks an answer
+
+
+def test_a_final_answer_cue_followed_by_the_json_object_reads_the_object() -> None:
+    from services.verifier.extract import final_answers
+
+    text = 'Solving, c = 36.\n\nThe final answer is: \n```json\n{\n    "reasoning": "r",\n    "answer": "36"\n}\n```'
+    assert final_answers(text).items == ["36"]
