@@ -135,7 +135,7 @@ class Planner:
         recursion = bool(req.previous)
         # The model policy is served as its card says (services/planner/config.py ``serving``); a pool worker
         # writing the workflow (`worker:<name>`) gets the full prompt with examples, sampled as settings say.
-        card = getattr(policy, "card", None) if policy is self.policy else None
+        card = policy.card if policy is self.policy else None
         refusal = view_refusal(card, req.workers)
         if refusal is not None:
             # Trained on one fixed view, the policy is a pointer into that numbering; trained on views of one pool,
@@ -152,11 +152,14 @@ class Planner:
         # own text says (conductor/answer_format.py ``answer_type``): the policy routes on that line.
         domain = req.domain or answer_type(req.question)
         question = as_presented(req.question, domain) if serve.harness_questions else req.question
+        # The card's step cap is obeyed: a policy trained to write at most N steps is shown and held to
+        # min(N, the request's), never asked for more than it learned.
+        max_steps = min(req.max_steps, card.max_steps) if card is not None else req.max_steps
         messages = policy_messages(
             question,
             req.workers,
             req.previous,
-            max_steps=req.max_steps,
+            max_steps=max_steps,
             domain=domain if serve.show_domain else None,
             style=serve.prompt if policy is self.policy else "examples",
             response_chars=card.response_chars if card is not None else MAX_SHOWN_RESPONSE_CHARS,
@@ -207,7 +210,7 @@ class Planner:
             text = samples[0].text
             try:
                 parsed = parse_completion(
-                    text, n_workers=len(req.workers), max_steps=req.max_steps, allow_empty=recursion
+                    text, n_workers=len(req.workers), max_steps=max_steps, allow_empty=recursion
                 )
             except WorkflowFormatError as exc:
                 failures.append(f"{exc} (cut off at max_tokens)" if samples[0].truncated else str(exc))

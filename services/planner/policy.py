@@ -8,6 +8,7 @@ from typing import Protocol
 
 import msgspec
 
+from schemas.learner import PolicyCard
 from schemas.usage import Usage
 from schemas.work import ChatMessage
 
@@ -54,6 +55,13 @@ class PromptTooLong(PolicyError):
 
 class Policy(Protocol):
     name: str  # reported as PlanReply.policy, e.g. "openai:conductor-7b"
+
+    @property
+    def card(self) -> PolicyCard | None:
+        """How the weights the next sample comes from must be served (schemas/learner.py): the planner adopts its
+        prompt, temperature, lengths and step cap, and serves it on the views it covers; None: no card, the
+        settings apply."""
+        ...
 
     async def sample(
         self, messages: Sequence[ChatMessage], *, n: int, temperature: float, max_tokens: int

@@ -17,6 +17,7 @@ from services.planner.config import ConfigError, PlannerSettings, Serving, servi
 from services.planner.core import Planner
 from services.planner.policy import Sample
 from services.planner.versions import VersionWatcher
+from tests.planner.samples import request
 
 CARD = PolicyCard(
     prompt="task", show_domain=False, max_steps=5, temperature=0.5, max_tokens=192, trained_by="smollm2-route"
@@ -236,3 +237,20 @@ async def test_a_policy_trained_on_views_of_a_pool_is_served_on_any_view_of_its_
     assert other.fallback_used and other.policy == "moa" and policy.calls == 2
     assert f"never read about (Model {len(restricted)})" in other.policy_error.message
     assert view_refusal(card, restricted) is None and view_refusal(None, stranger) is None
+
+
+async def test_the_cards_step_cap_is_obeyed(cards: list[WorkerCard]) -> None:
+    """Issue 35 item 4: a policy trained to write at most N steps is shown and held to min(N, the request's): a
+    longer workflow is a format failure (then the fallback), one within the cap is served."""
+    from services.planner.policies.scripted import ScriptedPolicy
+
+    card = msgspec.structs.replace(CARD, max_steps=2, show_domain=True)
+    three = "model_id = [0, 1, 2]\nsubtasks = ['a', 'b', 'c']\naccess_list = [[], [], []]"
+    two = "model_id = [0, 1]\nsubtasks = ['a', 'b']\naccess_list = [[], []]"
+    settings = PlannerSettings.from_env({"CONDUCTOR_POLICY": "local:x", "CONDUCTOR_PLANNER_RESAMPLES": "0"})
+    capped = await Planner(settings, ScriptedPolicy([three], card=card)).plan(request(cards, max_steps=5))  # type: ignore[arg-type]
+    assert capped.fallback_used and "2" in capped.format_failures[0]
+    served = await Planner(settings, ScriptedPolicy([two], card=card)).plan(request(cards, max_steps=5))  # type: ignore[arg-type]
+    assert served.error is None and not served.fallback_used and served.workflow.model_id == [0, 1]  # type: ignore[union-attr]
+    uncapped = await Planner(settings, ScriptedPolicy([three])).plan(request(cards, max_steps=5))  # type: ignore[arg-type]
+    assert not uncapped.fallback_used  # no card: the request's cap

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import openai
 
 from conductor.openai_errors import ContextLimit, context_limit, fit, missing_v1_hint, server_message
+from schemas.learner import PolicyCard
 from schemas.usage import Usage
 from schemas.work import ChatMessage
 from services.planner.policy import PolicyError, PromptTooLong, Sample
@@ -44,6 +45,8 @@ class OpenAIEndpointPolicy:
         name: str | None = None,
     ) -> None:
         self.name = name or f"openai:{model}"
+        # A served checkpoint's card does not travel over HTTP: the settings apply.
+        self.card: PolicyCard | None = None
         self._model = model
         self._base_url = base_url
         self._client = openai.AsyncOpenAI(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from schemas.learner import PolicyCard
 from schemas.usage import Usage
 from schemas.work import ChatMessage
 from services.planner.policy import PolicyError, Sample
@@ -19,12 +20,20 @@ class ScriptedPolicy:
     when it is a function. Running out of script is a ``PolicyError``, never a silent repeat. Every call's messages
     are kept in ``calls`` for assertions."""
 
-    def __init__(self, script: Script, *, name: str = "scripted", usage: Usage = ONE_CALL) -> None:
+    def __init__(
+        self,
+        script: Script,
+        *,
+        name: str = "scripted",
+        usage: Usage = ONE_CALL,
+        card: PolicyCard | None = None,
+    ) -> None:
         self.name = name
         self._script = script
         self._next = 0
         self._usage = usage
         self.calls: list[list[ChatMessage]] = []
+        self.card: PolicyCard | None = card
 
     async def sample(
         self, messages: Sequence[ChatMessage], *, n: int, temperature: float, max_tokens: int

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from schemas.errors import ErrorCode
+from schemas.learner import PolicyCard
 from schemas.work import ChatMessage, WorkReply, WorkRequest
 from services.planner.policy import PolicyError, Sample
 
@@ -25,6 +26,8 @@ class WorkerPolicy:
 
     def __init__(self, worker: str, call: Call) -> None:
         self.name = WORKER_PREFIX + worker
+        # A pool worker was not trained to plan: it gets the full prompt, sampled as the settings say.
+        self.card: PolicyCard | None = None
         self.worker = worker
         self._call = call
 
