@@ -181,3 +181,18 @@ def test_a_final_answer_cue_followed_by_the_json_object_reads_the_object() -> No
 
     text = 'Solving, c = 36.\n\nThe final answer is: \n```json\n{\n    "reasoning": "r",\n    "answer": "36"\n}\n```'
     assert final_answers(text).items == ["36"]
+
+
+def test_the_zeroeval_rule_reproduces_its_published_figures() -> None:
+    """../shared/replay/README.md: o1-mini 88.7% on math-l5, Claude-3.5-Sonnet 96.8% on gsm, 88.9% on MMLU-Redux."""
+    from scripts.replay_grades import zeroeval_correct
+
+    index = replay.load_index("")
+    for set_name, model, expected in (
+        ("math-l5", "o1-mini-2024-09-12", 88.7),
+        ("gsm", "claude-3-5-sonnet-20241022", 96.8),
+        ("mmlu-redux", "anthropic_claude-3-5-sonnet-20240620", 88.9),
+    ):
+        rows = [r for r in index.records if r.set == set_name and r.error_type in ("", "ok")]
+        right = sum(zeroeval_correct(set_name, model, r.answers[model].text, str(r.gold))[0] for r in rows)
+        assert round(100 * right / len(rows), 1) == expected
