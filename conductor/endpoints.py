@@ -115,6 +115,9 @@ class Endpoint:
     on_error: Callable[[ErrorInfo], bytes]
     description: str | None = None
     contract: RequestReply | None = None
+    # Seconds the handler may run past its requester's deadline to answer with what it did (conductor/liveness.py
+    # ``WIND_DOWN_S``); 0: cancelled at the deadline.
+    wind_down_s: float = 0.0
 
 
 def serve(
@@ -124,6 +127,7 @@ def serve(
     prefix: str,
     max_bytes: int,
     rejected: Callable[[Rep], None] | None = None,
+    wind_down_s: float = 0.0,
 ) -> Endpoint:
     """The endpoint serving ``contract`` with a typed ``handler``. A request that does not decode (malformed JSON,
     wrong types, out-of-bounds values, over ``max_bytes``) never reaches the handler: it is logged, counted in
@@ -152,6 +156,7 @@ def serve(
         on_error=lambda info: encode(contract.failed(info)),
         description=contract.description,
         contract=contract,
+        wind_down_s=wind_down_s,
     )
 
 
@@ -308,7 +313,8 @@ class EndpointServer:
             return
         watched = None
         if deadline is not None or (period is not None and msg.reply):
-            watched = self._watch.watch(msg.reply, period, deadline)
+            cancel_at = deadline + ep.wind_down_s if deadline is not None else None
+            watched = self._watch.watch(msg.reply, period, cancel_at)
         try:
             # The requester's trace context (conductor/tracing.py) makes this handler's work a child of its call.
             with tracing.span(

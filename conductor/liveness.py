@@ -38,6 +38,11 @@ CALL_HEADER = (
 )
 BEAT_HEADER = "Conductor-Beat"  # on beat messages
 MIN_BEAT_S = 0.05  # a requester cannot make a server beat faster than this
+WIND_DOWN_S = 5.0
+"""How long a handler that opts in (the executor's solve) may run past its requester's deadline to stop on its own
+and answer with what ran — its usage, so that a requester settling what it spent can (issue 34): at the deadline it
+starts no further call, and the calls it made carry the deadline, so they end then too. A requester that wants that
+answer waits this much longer than its deadline; after it, the watch cancels the handler."""
 WATCH_TICK_S = 0.25  # how often a server's watch looks at its requests (beats due, deadlines passed)
 
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("conductor_deadline", default=None)

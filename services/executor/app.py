@@ -22,6 +22,7 @@ from conductor import metrics, tracing
 from conductor.access import inbox_prefix
 from conductor.credentials import user_of
 from conductor.endpoints import request_subject, serve
+from conductor.liveness import WIND_DOWN_S
 from conductor.pool import Pool, load_pool
 from schemas.rollout import ROLLOUT, RolloutBatch, RolloutBatchResult
 from schemas.solve import CANCEL, SOLVE, SOLVE_SUBJECT, CancelRequest, SolveRequest, SolveResult, valid_tenant
@@ -65,6 +66,9 @@ class ExecutorService:
                 prefix=common.subject_prefix,
                 max_bytes=common.max_payload_bytes,
                 rejected=metrics.task_rejected,
+                # Past its deadline a solve starts no call and answers with what ran, so the requester can settle
+                # its usage (the gateway: services/gateway/calls.py).
+                wind_down_s=WIND_DOWN_S,
             ),
             serve(
                 ROLLOUT, self.handle_rollout, prefix=common.subject_prefix, max_bytes=common.max_payload_bytes

@@ -13,13 +13,14 @@ from collections.abc import AsyncIterator
 import msgspec
 import nats.errors
 import nats.js.errors as js_errors
+import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from conductor.access import GATEWAY
 from conductor.client import ConductorClient, ResultNotReadyError, store_full
 from conductor.endpoints import Requester
-from conductor.liveness import ResponderLost
+from conductor.liveness import WIND_DOWN_S, ResponderLost
 from conductor.settings import CommonSettings
 from conductor.wire import encode
 from schemas.solve import (
@@ -31,9 +32,13 @@ from schemas.solve import (
     progress_subject,
     solve_subject,
 )
+from schemas.tasks import result_subject
 from services.gateway.errors import GatewayError
 
 _result_dec = msgspec.json.Decoder(SolveResult)
+log = structlog.get_logger("conductor.gateway.bus")
+REPLY_MARGIN_S = 2.0  # beyond the executor's wind-down: its answer's way back
+LATE_POLL_S = 30.0
 BEAT_S = (
     2.0  # the executor's beat period while a solve runs; BEAT_MISSES silent periods = the executor is gone
 )
@@ -66,11 +71,25 @@ def store_refused(exc: js_errors.APIError, what: str) -> GatewayError:
 
 
 def pending(task_id: str) -> GatewayError:
+    """A durable task that outlived the wait: its result is stored, so the GET named here resolves once it ends."""
     return GatewayError(
         504,
-        f"task {task_id} is still running; fetch it later with GET /v1/conductor/tasks/{task_id}",
+        f"task {task_id} is still running; fetch it later with GET /v1/conductor/tasks/{task_id} (what it costs is "
+        "charged to this key when it ends)",
         kind="timeout",
         code="task_pending",
+        param="task_id",
+    )
+
+
+def not_kept(task_id: str, timeout: float) -> GatewayError:
+    """A request/reply task that did not answer, even past its deadline: its result is nowhere to be fetched."""
+    return GatewayError(
+        504,
+        f"task {task_id} did not answer within {timeout:g}s; a request/reply task's result is not stored, so no GET "
+        'will find it: send the request with "durable": true to fetch a long task later',
+        kind="timeout",
+        code="task_timeout",
         param="task_id",
     )
 
@@ -113,7 +132,9 @@ class Bus:
             msg = await self._requests.request(
                 self._solve,
                 encode(req),
-                timeout=timeout,
+                # Past the deadline the executor stops and answers with what ran (conductor/liveness.py
+                # ``WIND_DOWN_S``): that answer is waited for, so what the task spent is settled (issue 34).
+                timeout=timeout + WIND_DOWN_S + REPLY_MARGIN_S,
                 beat_s=BEAT_S,
                 misses=BEAT_MISSES,
                 deadline=time.time() + timeout,
@@ -125,7 +146,7 @@ class Bus:
                 "the executor running the task stopped answering; the task was not finished"
             ) from exc
         except TimeoutError as exc:
-            raise pending(req.task_id or "") from exc
+            raise not_kept(req.task_id or "", timeout) from exc
         except nats.errors.ConnectionClosedError as exc:
             raise unavailable("the gateway lost its NATS connection") from exc
         return _decoded(msg.data)
@@ -152,6 +173,38 @@ class Bus:
             raise pending(task_id) from exc
         except msgspec.DecodeError as exc:
             raise undecodable(exc) from exc
+
+    async def late_result(self, task_id: str, key: str | None, wait: float) -> SolveResult | None:
+        """The result of a durable task that outlived its request, once it is stored (within ``wait`` seconds; None
+        after): woken by the task's result event, read (and checked) from the results bucket, with a read every
+        ``LATE_POLL_S`` in case an event was missed (core NATS across a reconnect)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait
+        arrived = asyncio.Event()
+
+        async def on_event(_msg: Msg) -> None:
+            arrived.set()
+
+        sub = await self._nc.subscribe(
+            self._settings.subject(result_subject(self.tenant, task_id)), cb=on_event
+        )
+        try:
+            while True:
+                try:
+                    return await self._client.result(task_id, key=key)
+                except ResultNotReadyError:
+                    pass
+                except nats.errors.Error as exc:  # a lost connection: the next read, after it is back
+                    log.warning("late result not read", task_id=task_id, error=repr(exc))
+                left = until - loop.time()
+                if left <= 0:
+                    return None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(arrived.wait(), min(left, LATE_POLL_S))
+                arrived.clear()
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
 
     async def cancel(self, task_id: str, reason: str) -> None:
         """Ask the executor running ``task_id`` to stop it (schemas/solve.py ``CANCEL``); best effort."""

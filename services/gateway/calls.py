@@ -34,6 +34,10 @@ CANCEL_REPEAT_S = 2.0
 """How often a cancel is sent again while the task's result has not come: a cancel is core NATS (best effort), and
 one sent before the task reached an executor that has not heard it (one started since) would be lost."""
 HUNG_UP = "the HTTP client hung up"
+PENDING = "task_pending"  # the code of ``bus.pending``: a durable task still running when the wait ended
+LATE_SETTLE_S = 3600.0
+"""How long the gateway waits for the result of a durable task that outlived its request, to charge the key for it;
+one that ends later (or while no gateway waits: a restart) is not charged."""
 T = TypeVar("T")
 
 
@@ -117,6 +121,12 @@ class Calls:
             run = self.bus.solve_durable if durable else self.bus.solve
             try:
                 result = await run(solve, self.settings.solve_timeout_s)
+            except GatewayError as exc:
+                if durable and exc.code == PENDING:  # it runs on: settled when it ends (issue 34)
+                    self.background(self._settle_late(key, hold, solve))
+                else:
+                    await self.settle(key, hold, None)
+                raise
             except BaseException:
                 await self.settle(key, hold, None)
                 raise
@@ -124,6 +134,19 @@ class Calls:
             return result
 
         return Call(key, solve.task_id or "", self.background(call()), self)
+
+    async def _settle_late(self, key: ApiKey, hold: Hold | None, solve: SolveRequest) -> None:
+        """Settle a durable task that outlived its request with its result, whenever within ``LATE_SETTLE_S`` it
+        comes; its hold stays taken meanwhile (until it expires). Before issue 34 such a task was charged nothing."""
+        result = None
+        try:
+            result = await self.bus.late_result(solve.task_id or "", solve.key, LATE_SETTLE_S)
+        finally:
+            if result is None:
+                log.warning(
+                    "durable task not settled: no result came", task_id=solve.task_id, waited_s=LATE_SETTLE_S
+                )
+            await self.settle(key, hold, result)
 
     def background(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``work`` to its end whatever becomes of the request that started it (asyncio keeps only weak

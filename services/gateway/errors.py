@@ -68,7 +68,9 @@ _STATUS: dict[ErrorCode, tuple[int, str]] = {
     ErrorCode.PAYLOAD_TOO_LARGE: (413, "invalid_request_error"),
     ErrorCode.BUDGET_EXCEEDED: (422, "budget_exceeded"),
     ErrorCode.UNAVAILABLE: (503, "service_unavailable"),
-    ErrorCode.TIMEOUT: (503, "service_unavailable"),
+    # A deadline (not retryable): the task was stopped at the gateway's solve timeout, and running it again would
+    # stop there again. A retryable timeout (a worker's) is a 503 below.
+    ErrorCode.TIMEOUT: (504, "timeout"),
     ErrorCode.WORKER_ERROR: (502, "upstream_error"),
     ErrorCode.PLANNER_ERROR: (502, "upstream_error"),
     ErrorCode.FORMAT_ERROR: (502, "upstream_error"),
@@ -83,7 +85,7 @@ RETRY_AFTER_S = 1
 def error_from(info: ErrorInfo) -> GatewayError:
     """A solve API error as an HTTP error; retryable ones are 503 with Retry-After (the SDKs retry those)."""
     status, kind = _STATUS.get(info.code, (500, "server_error"))
-    if info.retryable and status < 500:
+    if info.retryable and (status < 500 or info.code == ErrorCode.TIMEOUT):
         status, kind = 503, "service_unavailable"
     return GatewayError(
         status,
