@@ -275,7 +275,8 @@ class ConductorClient:
             msg = await js.get_last_msg(f"KV_{bucket}", subject, direct=True)
         except js_errors.NotFoundError:
             return None
-        except nats.errors.NoRespondersError as exc:
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+            # No stream answers the read (a server without JetStream says so; one with it lets it time out).
             raise ResultNotReadyError(
                 f"no results bucket {bucket} serving direct reads: no executor of schema 9 or "
                 "later has run yet"

@@ -324,3 +324,10 @@ def test_a_duplicate_detached_submission_is_one_line(on_nats, nats_url, capsys):
     assert capsys.readouterr().out.strip() == "d-1"
     assert main(["solve", "q", "--detach", "--task-id", "d-1"]) == 2
     assert "task d-1 was already submitted by tenant client" in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.nats
+def test_result_before_any_executor_made_the_bucket_is_one_line(on_nats, capsys):
+    """Failed before: a nats TimeoutError traceback (a JetStream server lets a read of a missing stream time out)."""
+    assert main(["result", "t-1"]) == 4
+    assert "no results bucket" in _one_line(capsys.readouterr().err)
