@@ -1,8 +1,8 @@
 """Who may do what on the bus, declared once: per role, the subjects it may publish and subscribe to.
 
-Rendered two ways from this one table: the ``authorization`` block of the nats-server that ``demo``, ``serve all``
-and ``eval`` start (``authorization``), and the permission lists of the Helm chart (``chart_values``; a test keeps
-charts/conductor/values.yaml equal to it). Subjects, streams and buckets come from their declarations in
+Rendered two ways from this one table: the ``accounts`` block of the nats-server that ``demo``, ``serve all`` and
+``eval`` start (``accounts``), and the permission lists and doors of the Helm chart (``chart_values``; a test keeps
+charts/conductor/values.yaml equal to it, and the chart renders the same block from them). Subjects, streams and buckets come from their declarations in
 ``schemas/`` (``RequestReply``, ``Event``, ``Names``), so a renamed subject moves its permission with it.
 
 The model (issue 8, "anyone on the bus is believed"): clients submit tasks and read results; a task is cancelled
@@ -40,6 +40,13 @@ the direct get that names the key in its subject. Never the bare ``DIRECT.GET.<s
 whose key is in the request body where no permission can see it, nor ``STREAM.INFO``, which lists every key, nor a
 consumer (a watch) on the bucket. The executor reads the tenant from the subject a task arrived on (only that user
 may publish there) and keys everything it keeps by ``<tenant>.<task_id>`` (``schemas.tasks.task_key``).
+
+Accounts (issue 34, item 1; docs/tenancy.md). A permission sees the subject a user publishes to, never the reply
+subject it names, and JetStream answers (PubAck, direct get, API response) into the requester's account on that
+reply subject, where a stream stores it. So the services share one account (``SERVICES_ACCOUNT``) that owns
+JetStream, and every other user — each tenant, the gateway, the trainer — is alone in its own account, importing
+only its ``doors`` (each exported to that one account, under the same name): whatever the server answers it lands
+in its own account, where no store of the services lives.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from conductor.liveness import MIN_BEAT_S
 from schemas.contract import Event, RequestReply, wildcard
@@ -83,6 +91,29 @@ call timeout past its window gets a refused (late) reply, which its requester se
 
 API = "$JS.API"
 
+SERVICES_ACCOUNT = "conductor"
+"""The NATS account of the services (every role of ``_GRANTS`` but the ``trainer``): it owns JetStream — the task
+queue, the results bucket, checkpoints, dead letters, the worker-adapter's buckets, policy versions. Every other
+user (``client``, ``gateway``, ``trainer``, each listed tenant) is alone in an account named after it, which imports
+only its ``doors`` from this one. No tenant may be named this."""
+
+JETSTREAM_TENANTS = frozenset({"gateway"})
+"""Tenant accounts with JetStream of their own: the gateway keeps its keys' spend there (its quota bucket), out of
+every other account's reach."""
+
+
+@dataclass(frozen=True, slots=True)
+class Door:
+    """A subject of the services' account that one outside account imports under the same name. ``service``: the
+    outside user publishes there and any answer (a reply, a PubAck, a direct get's message, an API response) comes
+    back into its own account, where no service store lives, whatever reply subject it named. ``stream``: it hears
+    what the services publish there. ``window_s``: a service answered by several messages (the reply and liveness
+    beats), the import's mapping kept this long after each (``response_threshold``)."""
+
+    kind: Literal["service", "stream"]
+    subject: str
+    window_s: int | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class Grant:
@@ -107,19 +138,23 @@ def inbox_prefix(user: str) -> str:
     return f"{INBOX_ROOT}.{user}"
 
 
+RESPONSE_ROOT = "_R_"
+"""The reply subjects nats-server makes for a request that came through a service import (a tenant's solve): in the
+services' account the request carries ``_R_.<token>.<token>``, which leads back to the requester's own account."""
+
+
 def is_reply_inbox(reply: str) -> bool:
     """Whether a responder may answer (reply and beats) to ``reply``: only a concrete subject inside some user's
-    inbox, ``_INBOX.<user>.<token>[...]``. nats-server lets a responder publish to *any* reply subject it was
-    handed (``allow_responses``), so without this check a client could aim the executor's reply at
-    ``$KV.CONDUCTOR_RESULTS.<id>`` or ``conductor.results.<id>`` and write, through the executor's grants, what it
-    may not write itself (issue 19, item 1). Every inbox is readable by its owning user only (``permissions``),
-    and a requester drops replies to tokens it did not send (``conductor.endpoints.Requester``), so a reply aimed
-    at another user's inbox reaches nobody's state; which user sent a request is not knowable on core NATS within
-    one account, which is why the rule is the inbox root, not the sender's own prefix."""
+    inbox, ``_INBOX.<user>.<token>[...]``, or a service import's response subject ``_R_.<token>.<token>``.
+    nats-server lets a responder publish to *any* reply subject it was handed (``allow_responses``), so without
+    this check a requester could aim the executor's reply at ``$KV.CONDUCTOR_RESULTS.<id>`` or
+    ``conductor.results.<id>`` and write, through the executor's grants, what it may not write itself (issue 19,
+    item 1). Every inbox is readable by its owning user only (``permissions``), a requester drops replies to tokens
+    it did not send (``conductor.endpoints.Requester``), and a ``_R_`` subject reaches only the account that sent
+    the request (no stream stores either root), so a reply aimed at another's inbox reaches nobody's state."""
     tokens = reply.split(".")
     return (
-        len(tokens) >= 3
-        and tokens[0] == INBOX_ROOT
+        ((len(tokens) >= 3 and tokens[0] == INBOX_ROOT) or (len(tokens) == 3 and tokens[0] == RESPONSE_ROOT))
         and all(tokens)
         and not any(t in ("*", ">") for t in tokens)
         and not any(c in reply for c in " \t\r\n")
@@ -181,33 +216,56 @@ def _watch(stream: str) -> list[str]:
     ]
 
 
-def _client(n: Names, p: str, tenant: str) -> Grant:
-    """A tenant: its own tasks in, its own progress, result events and stored results out (module docstring)."""
+def _client_doors(n: Names, p: str, tenant: str) -> tuple[Door, ...]:
+    """A tenant's doors: its own tasks in, its own progress, result events and stored results out (module
+    docstring); training progress and policy announcements are public, heard, never written."""
+    return (
+        *_tenant_doors(n, p, tenant),
+        Door("service", f"{API}.CONSUMER.INFO.{n.tasks_stream}.{INTAKE_CONSUMER}"),  # `conductor status`
+        Door("stream", _all(LEARNER_PROGRESS, p)),
+        Door("stream", _all(POLICY_VERSIONS, p)),
+    )
+
+
+def _tenant_doors(n: Names, p: str, tenant: str) -> tuple[Door, ...]:
+    """What every tenant (the gateway too) may use of the services, each subject naming ``tenant`` alone."""
+    return (
+        Door("service", p + solve_subject(tenant), RESPONSE_WINDOW_S["executor"]),
+        Door("service", n.submit(tenant)),
+        Door("service", _cancels_of(tenant, p)),
+        Door("service", _own_results(n, tenant)),
+        Door("stream", _own(PROGRESS, p, tenant)),
+        Door("stream", _own(RESULTS, p, tenant)),
+    )
+
+
+def _through(doors: Iterable[Door], *own: str) -> Grant:
+    """The grant of a user in its own account: its doors (and ``own`` subjects of its account's JetStream), nothing
+    else — a second fence behind the imports, in case an account ever gets another import."""
+    doors = tuple(doors)
     return Grant(
-        publish=(
-            p + solve_subject(tenant),
-            n.submit(tenant),
-            _cancels_of(tenant, p),
-            _own_results(n, tenant),
-            f"{API}.CONSUMER.INFO.{n.tasks_stream}.{INTAKE_CONSUMER}",  # `conductor status`: the intake's lag
-        ),
-        # Training progress and policy announcements are public: reading, never writing.
-        subscribe=(
-            _own(PROGRESS, p, tenant),
-            _own(RESULTS, p, tenant),
-            _all(LEARNER_PROGRESS, p),
-            _all(POLICY_VERSIONS, p),
-        ),
+        publish=(*(d.subject for d in doors if d.kind == "service"), *own),
+        subscribe=tuple(d.subject for d in doors if d.kind == "stream"),
+    )
+
+
+def _client(n: Names, p: str, tenant: str) -> Grant:
+    """A tenant: its doors (``_client_doors``)."""
+    return _through(_client_doors(n, p, tenant))
+
+
+def _trainer_doors(n: Names, p: str) -> tuple[Door, ...]:
+    """An operator submitting training jobs (schemas/learner.py) and following them. The learner confines every
+    path a job names to its data directory and never overwrites a published version (services/learner/app.py)."""
+    return (
+        Door("service", p + TRAIN_SUBJECT),
+        Door("stream", _all(LEARNER_PROGRESS, p)),
+        Door("stream", _all(POLICY_VERSIONS, p)),
     )
 
 
 def _trainer(n: Names, p: str) -> Grant:
-    """An operator submitting training jobs (schemas/learner.py) and following them. The learner confines every
-    path a job names to its data directory and never overwrites a published version (services/learner/app.py)."""
-    return Grant(
-        publish=(p + TRAIN_SUBJECT,),
-        subscribe=(_all(LEARNER_PROGRESS, p), _all(POLICY_VERSIONS, p)),
-    )
+    return _through(_trainer_doors(n, p))
 
 
 def _executor(n: Names, p: str) -> Grant:
@@ -293,18 +351,10 @@ def _verifier(n: Names, p: str) -> Grant:
 
 
 def _gateway(n: Names, p: str, tenant: str) -> Grant:
-    """A tenant of the public API (services/gateway/bus.py) with its own quota bucket; it keeps its API keys' tasks
-    apart itself (services/gateway/calls.py)."""
-    return Grant(
-        publish=(
-            p + solve_subject(tenant),
-            n.submit(tenant),
-            _cancels_of(tenant, p),  # a task whose HTTP client hung up (services/gateway/calls.py)
-            _own_results(n, tenant),
-            *_kv_write(n.gateway_quota_bucket),
-        ),
-        subscribe=(_own(PROGRESS, p, tenant), _own(RESULTS, p, tenant)),
-    )
+    """A tenant of the public API (services/gateway/bus.py) with its own quota bucket, in its own account's
+    JetStream; it keeps its API keys' tasks apart itself (services/gateway/calls.py). Its doors are every tenant's
+    (a hung-up HTTP client's task is cancelled, services/gateway/calls.py)."""
+    return _through(_tenant_doors(n, p, tenant), *_kv_write(n.gateway_quota_bucket))
 
 
 def _learner(n: Names, p: str) -> Grant:
@@ -374,10 +424,9 @@ def tenants(names: Iterable[str]) -> tuple[str, ...]:
     for name in names:
         if not valid_tenant(name):
             raise ValueError(f"tenant {name!r}: 1-64 ASCII letters, digits, '_' or '-'")
-        if name in ROLES or name in seen:
-            raise ValueError(
-                f"tenant {name!r}: {'a role' if name in ROLES else 'listed twice'}; tenants are extra users"
-            )
+        if name in ROLES or name in seen or name == SERVICES_ACCOUNT:
+            why = "a role" if name in ROLES else "listed twice" if name in seen else "the services' account"
+            raise ValueError(f"tenant {name!r}: {why}; tenants are extra users")
         seen.append(name)
     return tuple(seen)
 
@@ -405,13 +454,66 @@ def permissions(role: str, *, user: str | None = None, prefix: str = "") -> Perm
     )
 
 
-def authorization(passwords: Mapping[str, str], *, prefix: str = "") -> str:
-    """The nats-server ``authorization`` block: one user per name in ``passwords``, a role's (user name = role) or
-    an extra tenant's (``role_of``)."""
+_DOORS = {"client": _client_doors, "gateway": _tenant_doors}
+
+
+def doors(role: str, prefix: str = "", *, tenant: str | None = None) -> tuple[Door, ...]:
+    """What the account of a ``role`` user imports from the services' account (``tenant``: whose name, default the
+    role's); () for a service, which lives in that account."""
+    names = Names.for_prefix(prefix)
+    if role in _DOORS:
+        return _DOORS[role](names, prefix, tenant or role)
+    if role == TRAINER:
+        return _trainer_doors(names, prefix)
+    grant(role, prefix)  # an unknown role is refused
+    return ()
+
+
+def account_of(user: str) -> str:
+    """The NATS account ``user`` is in: the services' (``SERVICES_ACCOUNT``), or its own, named after it."""
+    return user if user in (*_TENANT_GRANTS, TRAINER) or user not in ROLES else SERVICES_ACCOUNT
+
+
+def accounts(passwords: Mapping[str, str], *, prefix: str = "") -> str:
+    """The nats-server ``accounts`` block: one user per name in ``passwords`` (a role's, user name = role, or an
+    extra tenant's, ``role_of``), the services in ``SERVICES_ACCOUNT`` with JetStream, exporting to each other user
+    its ``doors`` only, each other user alone in its own account importing them."""
     users = [role for role in ROLES if role in passwords]
     users += tenants(sorted(set(passwords) - set(ROLES)))
-    blocks = [_user_block(permissions(role_of(u), user=u, prefix=prefix), passwords[u]) for u in users]
-    return "authorization {\n  users = [\n" + "\n".join(blocks) + "\n  ]\n}\n"
+    outside = {u: doors(role_of(u), prefix, tenant=u) for u in users if account_of(u) != SERVICES_ACCOUNT}
+    inside = [
+        _user_block(permissions(role_of(u), user=u, prefix=prefix), passwords[u])
+        for u in users
+        if u not in outside
+    ]
+    blocks = [_account(SERVICES_ACCOUNT, inside, ["    jetstream: enabled", *_exports(outside)])]
+    for user, its in outside.items():
+        own = ["    jetstream: enabled"] if user in JETSTREAM_TENANTS else []
+        imports = [
+            f"      {{{d.kind}: {{account: {json.dumps(SERVICES_ACCOUNT)}, subject: {json.dumps(d.subject)}}}}}"
+            for d in its
+        ]
+        perms = _user_block(permissions(role_of(user), user=user, prefix=prefix), passwords[user])
+        blocks.append(_account(user, [perms], [*own, "    imports = [", *imports, "    ]"]))
+    return "accounts {\n" + "\n".join(blocks) + "\n}\n"
+
+
+def _exports(outside: Mapping[str, tuple[Door, ...]]) -> list[str]:
+    """Each door exported to exactly the accounts that import it (a subject without a tenant's name, such as the
+    policy announcements, to all of them at once)."""
+    to: dict[Door, list[str]] = {}
+    for user, its in outside.items():
+        for d in its:
+            to.setdefault(d, []).append(user)
+    lines = ["    exports = ["]
+    for d, users in to.items():
+        extra = "" if d.window_s is None else f', response_type: stream, response_threshold: "{d.window_s}s"'
+        lines.append(f"      {{{d.kind}: {json.dumps(d.subject)}, accounts: {_list(users)}{extra}}}")
+    return [*lines, "    ]"]
+
+
+def _account(name: str, users: list[str], body: list[str]) -> str:
+    return "\n".join([f"  {json.dumps(name)} {{", *body, "    users = [", *users, "    ]", "  }"])
 
 
 def _user_block(perms: Permissions, password: str) -> str:
@@ -448,7 +550,9 @@ def chart_values() -> dict[str, dict[str, object]]:
     """The ``nats`` block each chart service should carry (user, publish, subscribe, responses); under
     ``auth.users.client`` and ``auth.users.trainer``, those users' lists; under ``auth.tenant``, every extra tenant's
     (``auth.tenants``), ``{tenant}`` standing for its name: what tests/deploy compares values.yaml with. The chart
-    appends each user's inbox prefix itself (``_INBOX.<user>.>``), since the user name is a value."""
+    appends each user's inbox prefix itself (``_INBOX.<user>.>``), since the user name is a value. A user with
+    ``doors`` is alone in its own account, importing them from the services' (``accounts``); ``jetstream`` gives
+    that account JetStream of its own."""
     out: dict[str, dict[str, object]] = {}
     users = [(f"auth.users.{role}", role) for role in (CLIENT, TRAINER)]
     for block, role in [*CHART_BLOCKS.items(), *users]:
@@ -458,7 +562,24 @@ def chart_values() -> dict[str, dict[str, object]]:
             entry = {"user": role, **entry}
         if g.window_s is not None:
             entry["responses"] = {"max": g.max_responses, "expires": f"{g.window_s}s"}
+        if its := doors(role):
+            entry["doors"] = [_chart_door(d) for d in its]
+        if role in JETSTREAM_TENANTS:
+            entry["jetstream"] = True
         out[block] = entry
     g = grant(CLIENT, tenant=TENANT_PLACEHOLDER)
-    out["auth.tenant"] = {"publish": list(g.publish), "subscribe": list(g.subscribe)}
+    its = doors(CLIENT, tenant=TENANT_PLACEHOLDER)
+    out["auth.tenant"] = {
+        "publish": list(g.publish),
+        "subscribe": list(g.subscribe),
+        "doors": [_chart_door(d) for d in its],
+    }
+    return out
+
+
+def _chart_door(door: Door) -> dict[str, str]:
+    """A door as the chart's values hold it: ``{service|stream: subject}``, ``window`` for a multi-message answer."""
+    out = {door.kind: door.subject}
+    if door.window_s is not None:
+        out["window"] = f"{door.window_s}s"
     return out

@@ -54,7 +54,7 @@ class NatsServer:
     """A nats-server child process on 127.0.0.1 with JetStream in a private store directory.
 
     With ``passwords`` (user -> password; ``secured()`` generates them for every role) it runs with the
-    authorization of conductor/access.py: every user only what its role may. Its run directory (private, 0700)
+    accounts of conductor/access.py: every user only what its role may. Its run directory (private, 0700)
     then holds the config (0600) and the credentials file (0600) processes connect with (``env()``), and its log
     is ``log_path`` (permission violations are logged there)."""
 
@@ -128,7 +128,7 @@ class NatsServer:
         conf = self.run_dir / "nats.conf"
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds every password
         with os.fdopen(fd, "w") as fh:
-            fh.write(access.authorization(self.passwords, prefix=self.prefix))
+            fh.write(access.accounts(self.passwords, prefix=self.prefix))
         return conf
 
     def stop(self) -> None:

@@ -29,12 +29,15 @@ DOCS = {
     "subscribe": "Subjects it may subscribe to (generated from conductor/access.py); the chart adds the user's own "
     "inbox, _INBOX.<user>.>.",
     "responses": "allow_responses: the reply and liveness beats to a request this user received, and nothing else.",
+    "doors": "What its own NATS account imports from the services' account (generated from conductor/access.py): "
+    "service subjects it publishes to, any answer coming back into its own account; stream subjects it hears.",
+    "jetstream": "JetStream in its own account (the gateway's spend records), out of every other account's reach.",
     "max": "Messages per request: the reply and a beat every 50 ms (the fastest beat) for the whole window.",
     "expires": "How long after a request it may still be answered: the longest call this service serves.",
 }
 
 
-def _flow(key: str, items: list[str], indent: int) -> list[str]:
+def _flow(key: str, items: list[object], indent: int) -> list[str]:
     """``key: ["a", "b", ...]`` wrapped at ``WIDTH``, continuation lines aligned after the bracket."""
     head = " " * indent + f"{key}: ["
     lines, line = [], head
@@ -63,13 +66,15 @@ def _comment(key: str, indent: int) -> list[str]:
 def body(entry: dict[str, object], indent: int) -> list[str]:
     """The YAML lines of one user's entries, documented as the chart's `# --` convention wants."""
     out: list[str] = []
-    for key in ("user", "publish", "subscribe", "responses"):
+    for key in ("user", "publish", "subscribe", "responses", "doors", "jetstream"):
         if key not in entry:
             continue
         out += _comment(key, indent)
         value = entry[key]
         if key == "user":
             out.append(" " * indent + f"user: {value}")
+        elif key == "jetstream":
+            out.append(" " * indent + f"jetstream: {json.dumps(value)}")
         elif key == "responses":
             assert isinstance(value, dict)
             out.append(" " * indent + "responses:")
@@ -77,7 +82,7 @@ def body(entry: dict[str, object], indent: int) -> list[str]:
                 out += [*_comment(sub, indent + 2), " " * (indent + 2) + f"{sub}: {value[sub]}"]
         else:
             assert isinstance(value, list)
-            out += _flow(key, value, indent)
+            out += _flow(key, value, indent)  # a door is a JSON object, which YAML reads as it is
     return out
 
 

@@ -42,6 +42,20 @@ _PROFILE = {
 }
 # May be empty: a verifier publishes nothing but replies (allow_responses), a learner subscribes to its inbox only.
 _SUBJECTS = {"type": "array", "items": {"type": "string", "pattern": r"^[^\s]+$"}}
+# What a user's own account imports from the services' account (conductor/access.py, Door).
+_DOORS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "service": {"type": "string", "pattern": r"^[^\s]+$"},
+            "stream": {"type": "string", "pattern": r"^[^\s]+$"},
+            "window": {"type": "string", "pattern": r"^[0-9]+(ms|s|m|h)$"},
+        },
+        "oneOf": [{"required": ["service"]}, {"required": ["stream"]}],
+        "additionalProperties": False,
+    },
+}
 # Keys (by name, anywhere) and paths with a constraint beyond the default's type.
 BY_NAME: dict[str, dict[str, Any]] = {
     "pullPolicy": _PULL,
@@ -54,6 +68,7 @@ BY_NAME: dict[str, dict[str, Any]] = {
     "args": {"type": "array", "minItems": 1, "items": {"type": "string"}},
     "publish": _SUBJECTS,
     "subscribe": _SUBJECTS,
+    "doors": _DOORS,
     "user": {"type": "string", "pattern": r"^[a-z][a-z0-9-]*$"},
     "max": {"type": "integer", "minimum": 1},  # nats.responses (allow_responses)
     "expires": {"type": "string", "pattern": r"^[0-9]+(ms|s|m|h)$"},
@@ -126,7 +141,7 @@ OPEN = {
 }
 USER = {
     "type": "object",
-    "properties": {"publish": _SUBJECTS, "subscribe": _SUBJECTS},
+    "properties": {"publish": _SUBJECTS, "subscribe": _SUBJECTS, "doors": _DOORS},
     "required": ["publish", "subscribe"],
     "additionalProperties": False,
 }

@@ -106,14 +106,14 @@ def test_a_tenant_is_one_subject_token_and_no_roles_name(names):
         access.tenants(names)
 
 
-def test_the_authorization_block_is_valid_server_config(tmp_path):
+def test_the_accounts_block_is_valid_server_config(tmp_path):
     passwords = credentials.generate()
     conf = tmp_path / "nats.conf"
-    conf.write_text(access.authorization(passwords))
+    conf.write_text(access.accounts(passwords))
     check = subprocess.run([find_binary(), "-c", str(conf), "-t"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     assert conf.read_text().count("user:") == len(access.ROLES)
-    conf.write_text(access.authorization(credentials.generate((*access.ROLES, "acme", "beta-2"))))
+    conf.write_text(access.accounts(credentials.generate((*access.ROLES, "acme", "beta-2"))))
     check = subprocess.run([find_binary(), "-c", str(conf), "-t"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     assert 'user: "acme"' in conf.read_text() and "conductor.results.beta-2.>" in conf.read_text()
@@ -159,7 +159,51 @@ def test_a_process_connects_as_the_urls_user_else_its_role_from_the_file(tmp_pat
         ("_INBOX..x", False),
         ("_inbox.client.x", False),
         ("xx._INBOX.client.x", False),
+        (
+            "_R_.AbCdEf.GhIjKl",
+            True,
+        ),  # a service import's reply: it leads back into the requester's account only
+        ("_R_.AbCdEf", False),
+        ("_R_.AbCdEf.GhIjKl.x", False),
+        ("_R_.*.x", False),
+        ("_R_.>", False),
     ],
 )
 def test_a_reply_goes_only_into_an_inbox(reply, ok):
     assert access.is_reply_inbox(reply) is ok
+
+
+def test_every_tenant_is_alone_in_its_account_and_imports_only_its_own_doors():
+    """Issue 34, item 1: a tenant's doors name only itself (or nobody: the learner's public subjects, the intake's
+    lag), the services share the account that owns JetStream, and the rendered block gives each outside user an
+    account of its own whose imports are exactly its doors."""
+    users = (*access.ROLES, "acme", "beta")
+    for tenant in ("client", "gateway", "acme"):
+        assert access.account_of(tenant) == tenant
+        for door in access.doors(access.role_of(tenant), tenant=tenant):
+            others = {t for t in ("client", "gateway", "acme", "beta") if f".{t}." in door.subject + "."} - {
+                tenant
+            }
+            assert not others, (tenant, door)
+    assert access.account_of("trainer") == "trainer"
+    for role in ("executor", "planner", "worker-adapter", "verifier", "learner"):
+        assert access.account_of(role) == access.SERVICES_ACCOUNT and access.doors(role) == ()
+    conf = access.accounts(credentials.generate(users))
+    block = conf.split('"acme" {', 1)[1].split("\n  }", 1)[0]
+    imported = {
+        line.split('subject: "', 1)[1].split('"', 1)[0] for line in block.splitlines() if "subject:" in line
+    }
+    assert imported == {d.subject for d in access.doors("client", tenant="acme")}
+    assert (
+        "jetstream" not in block and "jetstream: enabled" in conf.split('"gateway" {', 1)[1].split("\n  }")[0]
+    )
+    assert '{service: "conductor.solve.acme", accounts: ["acme"], response_type: stream' in conf
+    assert (
+        '{service: "$JS.API.DIRECT.GET.KV_CONDUCTOR_RESULTS.$KV.CONDUCTOR_RESULTS.beta.>", accounts: ["beta"]}'
+        in conf
+    )
+
+
+def test_no_tenant_takes_the_services_account_name():
+    with pytest.raises(ValueError, match="services' account"):
+        access.tenants([access.SERVICES_ACCOUNT])

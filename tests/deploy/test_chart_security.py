@@ -374,6 +374,40 @@ def test_each_listed_tenant_is_a_user_on_its_own_name_only():
             render({"auth": {"tenants": bad}})
 
 
+def _account(conf: str, name: str) -> str:
+    """The body of one account of a rendered accounts block."""
+    return conf.split(f"\n  {name} {{", 1)[1].split("\n  }", 1)[0]
+
+
+def test_each_outside_user_is_alone_in_an_account_importing_its_doors_only():
+    """Issue 34, item 1: the services share the account that owns JetStream; the client, the trainer, the gateway
+    and each listed tenant are alone in their own accounts, importing exactly conductor/access.py's doors, each
+    exported to that one account; only the gateway's account has JetStream (its spend records)."""
+    from conductor.access import SERVICES_ACCOUNT, doors, role_of
+
+    values = {"auth": {"tenants": ["acme", "beta-2"]}, "gateway": {"enabled": True}}
+    conf = named(render(values), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
+    services = _account(conf, SERVICES_ACCOUNT)
+    assert "jetstream: enabled" in services
+    assert set(re.findall(r'user: "([^"]+)"', services)) == {
+        "executor",
+        "planner",
+        "worker-adapter",
+        "verifier",
+    }
+    for user in ("client", "trainer", "gateway", "acme", "beta-2"):
+        body = _account(conf, f'"{user}"')
+        assert re.findall(r'user: "([^"]+)"', body) == [user]
+        assert ("jetstream: enabled" in body) is (user == "gateway")
+        imported = re.findall(r'subject: "([^"]+)"', body)
+        assert imported == [d.subject for d in doors(role_of(user), tenant=user)], user
+    exports = dict(re.findall(r'\{ \w+: "([^"]+)", accounts: \[([^\]]*)\]', services))
+    assert exports["conductor.solve.acme"] == '"acme"'
+    assert exports["$JS.API.DIRECT.GET.KV_CONDUCTOR_RESULTS.$KV.CONDUCTOR_RESULTS.beta-2.>"] == '"beta-2"'
+    assert exports["conductor.learner.train"] == '"trainer"'
+    assert not any(s.startswith(("$KV.", "$O.")) for s in exports)
+
+
 def test_responders_answer_through_allow_responses_long_enough_for_beats():
     auth = named(rendered("gpu-learner"), "ConfigMap", "rel-nats-auth")["data"]["authorization.conf"]
     responses = dict(

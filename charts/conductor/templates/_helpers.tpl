@@ -95,18 +95,19 @@ clients' (global.tls) must agree too. */}}
 {{- end -}}
 
 {{/* Every NATS user of the release: each enabled service block (a map with `args` and `nats`), then auth.users, then
-each of auth.tenants with auth.tenant's permissions on its own name ({tenant} replaced; docs/tenancy.md). */}}
+each of auth.tenants with auth.tenant's permissions and doors on its own name ({tenant} replaced; docs/tenancy.md).
+A user with doors has an account of its own importing them; the others are the services' account, "conductor". */}}
 {{- define "conductor.natsUsers" -}}
 {{- $users := list -}}
 {{- $names := list -}}
 {{- range $key, $svc := .Values -}}
 {{- if and (kindIs "map" $svc) (hasKey $svc "args") (hasKey $svc "nats") $svc.enabled -}}
-{{- $users = append $users (dict "user" $svc.nats.user "publish" $svc.nats.publish "subscribe" $svc.nats.subscribe "responses" $svc.nats.responses) -}}
+{{- $users = append $users (dict "user" $svc.nats.user "publish" $svc.nats.publish "subscribe" $svc.nats.subscribe "responses" $svc.nats.responses "doors" $svc.nats.doors "jetstream" $svc.nats.jetstream) -}}
 {{- $names = append $names $svc.nats.user -}}
 {{- end -}}
 {{- end -}}
 {{- range $name, $u := .Values.auth.users -}}
-{{- $users = append $users (dict "user" $name "publish" $u.publish "subscribe" $u.subscribe) -}}
+{{- $users = append $users (dict "user" $name "publish" $u.publish "subscribe" $u.subscribe "doors" $u.doors) -}}
 {{- $names = append $names $name -}}
 {{- end -}}
 {{- $t := .Values.auth.tenant -}}
@@ -114,14 +115,16 @@ each of auth.tenants with auth.tenant's permissions on its own name ({tenant} re
 {{- if not (regexMatch "^[A-Za-z0-9_-]{1,64}$" $name) -}}
 {{- fail (printf "auth.tenants: %q is not a tenant name (1-64 letters, digits, '_' or '-')" $name) -}}
 {{- end -}}
-{{- if has $name $names -}}
-{{- fail (printf "auth.tenants: %q is already a user of this release" $name) -}}
+{{- if or (has $name $names) (eq $name "conductor") -}}
+{{- fail (printf "auth.tenants: %q is already a user or the services' account of this release" $name) -}}
 {{- end -}}
 {{- $publish := list -}}
 {{- range $t.publish }}{{ $publish = append $publish (replace "{tenant}" $name .) }}{{ end -}}
 {{- $subscribe := list -}}
 {{- range $t.subscribe }}{{ $subscribe = append $subscribe (replace "{tenant}" $name .) }}{{ end -}}
-{{- $users = append $users (dict "user" $name "publish" $publish "subscribe" $subscribe) -}}
+{{- $doors := list -}}
+{{- range $t.doors }}{{ $doors = append $doors (fromJson (replace "{tenant}" $name (toJson .))) }}{{ end -}}
+{{- $users = append $users (dict "user" $name "publish" $publish "subscribe" $subscribe "doors" $doors) -}}
 {{- $names = append $names $name -}}
 {{- end -}}
 {{- toJson $users -}}
@@ -157,6 +160,21 @@ each of auth.tenants with auth.tenant's permissions on its own name ({tenant} re
 {{/* Pod security context of a Conductor pod. The verifier's sandbox exceptions are added by the component. */}}
 {{- define "conductor.podSecurityContext" -}}
 {{ toYaml .Values.podSecurityContext }}
+{{- end -}}
+
+{{/* One user of the accounts block (nats-auth.yaml): its password from the environment, its permissions. */}}
+{{- define "conductor.natsUser" -}}
+{
+  user: {{ .user | quote }}
+  password: ${{ include "conductor.passwordKey" .user }}
+  permissions: {
+    publish: { allow: [{{ include "conductor.natsList" .publish }}] }
+    subscribe: { allow: [{{ include "conductor.natsList" (append .subscribe (printf "_INBOX.%s.>" .user)) }}] }
+    {{- with .responses }}
+    allow_responses: { max: {{ .max | int }}, expires: {{ .expires | quote }} }
+    {{- end }}
+  }
+}
 {{- end -}}
 
 {{/* A subject list in nats-server config syntax: "a", "b". */}}
