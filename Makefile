@@ -90,10 +90,11 @@ asyncapi: $(STAMP)
 	$(BIN)/conductor asyncapi -o docs/asyncapi.json
 
 # The chart's NATS permissions from conductor/access.py, then charts/conductor/values.schema.json from
-# values.yaml (a test fails when either is stale).
+# values.yaml, and the chart's Grafana dashboard from infra/dashboard.py (a test fails when any is stale).
 chart-schema: $(STAMP)
 	$(BIN)/python infra/chart_permissions.py
 	$(BIN)/python infra/chart_schema.py
+	$(BIN)/python infra/dashboard.py
 
 # infra/constraints.txt: the image's pinned dependency closure, from this venv.
 lock: $(STAMP)

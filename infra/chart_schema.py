@@ -136,6 +136,7 @@ OPEN = {
     "affinity",
     "env",
     "labels",
+    "annotations",
     "apiKeys.values",
     "global",
 }
