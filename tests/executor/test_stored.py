@@ -13,17 +13,14 @@ import pytest
 
 from conductor import metrics
 from conductor.access import CLIENT
-from conductor.broker import make_broker
 from conductor.client import ConductorClient, ResultNotReadyError
-from conductor.service import full_router
-from conductor.settings import CommonSettings
 from conductor.wire import encode
 from schemas.plan import Workflow
 from schemas.solve import SolveRequest, SolveResult, cancel_subject
 from schemas.tasks import Names, task_key
 from services.executor.app import ExecutorService
-from services.executor.config import ExecutorSettings, IntakeSettings
 from tests.executor.fakes import ScriptedTransport
+from tests.executor.test_durable import _settings, _start
 
 pytestmark = pytest.mark.nats
 
@@ -38,22 +35,6 @@ def _refused(store: str, reason: str) -> float:
 
 def _decode(data: bytes) -> SolveResult:
     return msgspec.json.decode(data, type=SolveResult)
-
-
-def _settings(url: str, prefix: str) -> ExecutorSettings:
-    return ExecutorSettings(
-        common=CommonSettings(nats_url=url, subject_prefix=prefix, drain_timeout_s=0.2),
-        intake=IntakeSettings(ack_wait_s=2.0, backoff_base_s=0.05, max_deliver=3),
-    )
-
-
-async def _start(settings: ExecutorSettings, transport: ScriptedTransport):
-    svc = ExecutorService(settings, transport=transport)
-    broker = make_broker(settings.common, name="test-executor")
-    broker.include_router(full_router(svc))
-    await broker.start()
-    await svc.start(broker)
-    return svc, broker
 
 
 @pytest.mark.parametrize(
