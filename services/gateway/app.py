@@ -52,6 +52,7 @@ class GatewayService:
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self.bus: Bus | None = None
+        self.calls: Calls | None = None
 
     async def start(self, broker: NatsBroker) -> None:
         nc = broker.connection
@@ -59,7 +60,8 @@ class GatewayService:
         if self.keys is not None:
             quotas = Quotas(await _quota_bucket(nc.jetstream(), self.settings.common.subject_prefix))
         bus = self.bus = Bus(nc, self.settings.common)
-        serving = Serving(Calls(self.settings, quotas, bus), bus, [w.name for w in self.pool.workers])
+        self.calls = Calls(self.settings, quotas, bus)
+        serving = Serving(self.calls, bus, [w.name for w in self.pool.workers])
         app = web.Application(
             client_max_size=self.settings.max_body_bytes, middlewares=[metered, openai_errors]
         )
@@ -90,6 +92,9 @@ class GatewayService:
                 self._runner.cleanup()
             )  # stops listening, then waits for in-flight requests (aiohttp's shutdown)
             self._runner = None
+        if self.calls is not None:
+            await self.calls.stop()
+            self.calls = None
 
 
 async def _quota_bucket(js: JetStreamContext, prefix: str) -> KeyValue:

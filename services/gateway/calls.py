@@ -85,6 +85,7 @@ class Calls:
         self.quotas = quotas
         self.bus = bus
         self._running: set[asyncio.Task[Any]] = set()  # calls in flight and their cancels, until they end
+        self._late: set[asyncio.Task[None]] = set()  # durable tasks that outlived their requests, to settle
 
     def task_id(self, key: ApiKey) -> str:
         """A new task of ``key``: ``<key name>.<random>`` (``owns`` reads the name back)."""
@@ -123,7 +124,9 @@ class Calls:
                 result = await run(solve, self.settings.solve_timeout_s)
             except GatewayError as exc:
                 if durable and exc.code == PENDING:  # it runs on: settled when it ends (issue 34)
-                    self.background(self._settle_late(key, hold, solve))
+                    late = self.background(self._settle_late(key, hold, solve))
+                    self._late.add(late)
+                    late.add_done_callback(self._late.discard)
                 else:
                     await self.settle(key, hold, None)
                 raise
@@ -138,15 +141,25 @@ class Calls:
     async def _settle_late(self, key: ApiKey, hold: Hold | None, solve: SolveRequest) -> None:
         """Settle a durable task that outlived its request with its result, whenever within ``LATE_SETTLE_S`` it
         comes; its hold stays taken meanwhile (until it expires). Before issue 34 such a task was charged nothing."""
-        result = None
         try:
             result = await self.bus.late_result(solve.task_id or "", solve.key, LATE_SETTLE_S)
-        finally:
-            if result is None:
-                log.warning(
-                    "durable task not settled: no result came", task_id=solve.task_id, waited_s=LATE_SETTLE_S
-                )
-            await self.settle(key, hold, result)
+        except asyncio.CancelledError:  # the gateway stops: the hold expires on its own
+            log.warning(
+                "durable task not settled: the gateway stopped before it ended", task_id=solve.task_id
+            )
+            raise
+        if result is None:
+            log.warning(
+                "durable task not settled: no result came", task_id=solve.task_id, waited_s=LATE_SETTLE_S
+            )
+        await self.settle(key, hold, result)
+
+    async def stop(self) -> None:
+        """Stop waiting for durable tasks that outlived their requests (``_settle_late``)."""
+        late = list(self._late)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     def background(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``work`` to its end whatever becomes of the request that started it (asyncio keeps only weak

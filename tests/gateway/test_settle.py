@@ -4,12 +4,20 @@ and its 504 names the GET that then finds it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import aiohttp
 import pytest
 
 from conductor import metrics
+from conductor.settings import CommonSettings
+from schemas.solve import SolveRequest
+from services.gateway.bus import pending
+from services.gateway.calls import Calls
+from services.gateway.config import GatewaySettings
+from services.gateway.errors import GatewayError
+from services.gateway.keys import ANONYMOUS
 from tests.conductor.scrape import delta, parse
 from tests.gateway.conftest import QUESTION, slow_pool, start_gateway
 from tests.gateway.test_gateway import _auth, _post, _settled
@@ -70,3 +78,35 @@ async def test_a_durable_task_that_outlives_the_wait_is_charged_when_it_ends(
                 assert resp.status == 200
                 fetched = await resp.json()
         assert fetched["usage"]["cost_usd"] == pytest.approx(load.spend_usd, rel=1e-6)
+
+
+class _PendingBus:
+    """A durable task that never ends."""
+
+    def __init__(self) -> None:
+        self.waiting = asyncio.Event()
+
+    async def solve_durable(self, solve, timeout):
+        raise pending(solve.task_id or "")
+
+    async def late_result(self, task_id, key, wait):
+        self.waiting.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_stopping_gateway_stops_waiting_for_late_results_without_settling_them():
+    """The hold of a task still running when the gateway stops expires on its own; it is not settled as $0."""
+    bus = _PendingBus()
+    calls = Calls(GatewaySettings(common=CommonSettings()), None, bus)  # type: ignore[arg-type]
+    settled = []
+
+    async def settle(key, hold, result):
+        settled.append(result)
+
+    calls.settle = settle  # type: ignore[method-assign]
+    call = calls.start(ANONYMOUS, SolveRequest(question="Q?", task_id="anonymous." + "0" * 32), None, True)
+    with pytest.raises(GatewayError, match="still running"):
+        await call.result()
+    await asyncio.wait_for(bus.waiting.wait(), 5)
+    await calls.stop()
+    assert settled == [] and not calls._late
