@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-all test-nats test-e2e test-slow test-bigcodebench test-chaos test-model test-vllm test-browser test-learn test-ops bench lint asyncapi chart-schema lock settings clean
+.PHONY: setup demo demo-replay test test-all test-nats test-e2e test-slow test-bigcodebench test-chaos test-model test-vllm test-browser test-learn test-ops bench lint asyncapi chart-schema lock settings clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ $(LOCAL_STAMP): $(STAMP)
 
 demo: $(LOCAL_STAMP)
 	$(BIN)/conductor demo
+
+# Real models conducted offline (docs/replay.md): the 12-model replay pool's recorded answers, 15 test questions,
+# each workflow printed, against o1-mini alone; the registered replay Conductor where one covers the pool, else MoA.
+demo-replay: $(LOCAL_STAMP)
+	$(BIN)/conductor demo --replay
 
 test: $(STAMP)
 	$(BIN)/pytest -q

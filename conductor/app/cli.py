@@ -306,10 +306,40 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from conductor.app.demo import run_demo
 
+    if args.replay or args.replay_pool:
+        return _demo_replay(args)
     report = Path(args.report) if args.report else None
     return asyncio.run(
         run_demo(concurrency=args.concurrency, rounds=args.rounds, as_json=args.json, report_dir=report)
     )
+
+
+def _demo_replay(args: argparse.Namespace) -> int:
+    from conductor.app.demo_replay import run_replay_demo
+    from tasks.errors import TaskError
+
+    if args.report or args.rounds:
+        print(
+            "conductor demo: --replay takes neither --report nor --rounds (the card decides)", file=sys.stderr
+        )
+        return 2
+    if not 1 <= args.per_set <= 50:
+        print(f"conductor demo: --per-set must be 1-50, got {args.per_set}", file=sys.stderr)
+        return 2
+    pool = Path(args.replay_pool) if args.replay_pool else None
+    try:
+        return asyncio.run(
+            run_replay_demo(
+                pool_file=pool,
+                per_set=args.per_set,
+                seed=args.seed,
+                concurrency=args.concurrency,
+                as_json=args.json,
+            )
+        )
+    except TaskError as exc:  # a missing or malformed replay table (CONDUCTOR_REPLAY_PATH)
+        print(f"conductor demo: {exc}", file=sys.stderr)
+        return 2
 
 
 def _cmd_settings(args: argparse.Namespace) -> int:
@@ -347,6 +377,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     p.add_argument(
         "--report", metavar="DIR", help="write the run's report.html here (default: a new temp dir)"
+    )
+    p.add_argument(
+        "--replay",
+        action="store_true",
+        help="real models conducted offline: the 12-model replay pool on the replay-* test splits (docs/replay.md)",
+    )
+    p.add_argument(
+        "--replay-pool", metavar="FILE", help="--replay on another replay pool, e.g. replay_pool_no_o1.toml"
+    )
+    p.add_argument("--per-set", type=int, default=5, help="--replay: questions per set (math-l5, gsm, crux)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="--replay: which questions (the same seed, the same ones)"
     )
     p.set_defaults(func=_cmd_demo)
 

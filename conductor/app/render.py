@@ -10,7 +10,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from conductor.money import usd
-from schemas.solve import SolveResult, StepRecord
+from schemas.solve import RoundRecord, SolveResult, StepRecord
 
 
 def _access_text(step: StepRecord) -> str:
@@ -121,3 +121,27 @@ def workflow_line(result: SolveResult) -> str:
 
 def _access(access: object) -> str:
     return access if isinstance(access, str) else ",".join(map(str, access))  # type: ignore[arg-type]
+
+
+def round_line(rnd: RoundRecord, domain: str | None = None) -> str:
+    """One round as the replay demo prints it: its policy, then each step's worker (what it saw in brackets) and
+    the final answer it stated (tasks/finals.py ``step_answer``: what a recursion round is shown); a second
+    round that ran nothing is the hand-back, one that ran steps escalated to their workers."""
+    from tasks.finals import step_answer
+
+    head = f"round {rnd.round} · {rnd.policy}{' (fallback)' if rnd.fallback_used else ''}: "
+    steps = []
+    for s in rnd.steps:
+        said = (
+            f"error {s.error.code.value}"
+            if s.error is not None
+            else step_answer(s.response, domain) or "no answer"
+        )
+        steps.append(f"{s.worker}{'' if not s.access else f' [{_access(s.access)}]'} → {said}")
+    failed = f" · error {rnd.error.code.value}: {rnd.error.message}" if rnd.error is not None else ""
+    if rnd.round == 0:
+        return head + ("; ".join(steps) or "no steps") + failed
+    if rnd.handback:
+        return head + "hand back (the first round's answer stands)" + failed
+    workers = ", ".join(dict.fromkeys(s.worker for s in rnd.steps))
+    return head + f"escalate to {workers}: " + ("; ".join(steps) or "no steps") + failed
