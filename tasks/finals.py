@@ -6,9 +6,10 @@ escalate when they do not — without reading whole responses. The executor (a s
 forced second round) both build the list here, so the policy is trained on what it is served.
 
 This is what the Conductor is *shown*, not a grade: the verifier's extractors (services/verifier/extract.py,
-mcq.py) stay the judge. The reading order: a JSON object's ``"answer"`` field (how ZeroEval's prompts ask for it,
-the replay tables' recorded answers), else the last ``\boxed{}``, else the last "answer:"/"final answer:" line;
-for multiple choice the letter it names. Pure and linear-time: responses may be adversarial.
+mcq.py) stay the judge; this reads in their order: a response that opens with a JSON object answers in its
+``"answer"`` field (how ZeroEval's prompts ask for it: the replay tables' recorded answers), else the last
+``\boxed{}``, else the last "answer:"/"final answer:" line, else a JSON ``"answer"`` anywhere; for multiple choice
+the letter it names. Pure and linear-time: responses may be adversarial.
 """
 
 from __future__ import annotations
@@ -18,44 +19,31 @@ from collections.abc import Sequence
 
 from schemas.plan import StepAnswer
 from schemas.solve import StepRecord
-from tasks.answers import boxed_all
+from tasks.answers import boxed_all, json_answer
 
 MAX_SHOWN_ANSWER_CHARS = 120
 """A step's answer is shown up to this length: a final answer, not a derivation."""
 
-_JSON_KEY = re.compile(r'"answer"\s*:\s*')
-_QUOTED = re.compile(r'"((?:[^"\\]|\\.){0,4000})"')
 _CUE_LINE = re.compile(
     r"(?im)^[ \t*#>-]*(?:the\s+)?(?:final\s+answer|answer)(?:\s+is)?\s*[:：]?\s*(\S[^\n]{0,400})$"
 )
 _LETTER = re.compile(r"^\(?([A-J])(?:[).:\s]|$)")
+_JSON_FORM = re.compile(r"\s{0,20}(?:```(?:json)?\s{0,20})?\{")
 _THINK_END = re.compile(r"</(?:think|thinking|reasoning|thought)>", re.IGNORECASE)
 
 
-def json_answer(text: str) -> str | None:
-    """The ``"answer"`` of the first JSON object in ``text`` that has one (ZeroEval's output format), else None.
-
-    A string value is read as written, only ``\\"`` and ``\\\\`` unescaped: models write LaTeX into JSON without
-    escaping it, and a JSON decoder would read ``\\frac`` as a form feed and ``\\neq`` as a newline."""
-    for key in _JSON_KEY.finditer(text):
-        if text.rfind("{", 0, key.start()) < 0:
-            continue
-        if quoted := _QUOTED.match(text, key.end()):
-            return re.sub(r'\\([\\"])', r"\1", quoted.group(1)).strip()
-        rest = text[key.end() : key.end() + 400].split("\n", 1)[0].strip().rstrip("}").strip().rstrip(",")
-        if rest:
-            return rest.strip()
-    return None
-
-
 def _found(response: str) -> str | None:
+    """The verifier's reading order (services/verifier/extract.py): a response that opens with a JSON object answers
+    in its ``answer`` field; otherwise the last box, else the last answer line, else a JSON ``answer`` anywhere."""
     text = response[m.end() :] if (m := _last(_THINK_END, response)) else response
-    if (found := json_answer(text)) is not None:
-        return found
+    if _JSON_FORM.match(text) and (found := json_answer(text)) is not None:
+        return (boxed_all(found) or [found])[-1]
     if boxes := boxed_all(text):
         return boxes[-1]
-    cues = _CUE_LINE.findall(text)
-    return cues[-1].strip().rstrip(".").strip("$* ") if cues else None
+    if cues := _CUE_LINE.findall(text):
+        return cues[-1].strip().rstrip(".").strip("$* ")
+    found = json_answer(text)
+    return (boxed_all(found) or [found])[-1] if found is not None else None
 
 
 def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
