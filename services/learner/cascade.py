@@ -371,13 +371,22 @@ def dump_matrix(matrix: Matrix) -> dict[str, dict[str, list[Any]]]:
     }
 
 
-def load_matrix(raw: Mapping[str, Mapping[str, Sequence[Any]]]) -> Matrix:
+def load_matrix(raw: Mapping[str, Mapping[str, Sequence[Any]]], problems: Sequence[Problem]) -> Matrix:
+    """A kept matrix, each answer read again from its response (tasks/finals.py as it is now: what the executor
+    will show a second round)."""
+    domain = {p.id: p.domain for p in problems}
     return {
         pid: {
-            w: Cell(reward=float(v[0]), cost=float(v[1]), response=str(v[2]), answer=v[3])
+            w: Cell(
+                reward=float(v[0]),
+                cost=float(v[1]),
+                response=str(v[2]),
+                answer=step_answer(str(v[2]), domain[pid]),
+            )
             for w, v in row.items()
         }
         for pid, row in raw.items()
+        if pid in domain
     }
 
 

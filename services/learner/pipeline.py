@@ -254,7 +254,7 @@ def _cascade_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[st
     matrix_path = path.with_name("answer_matrix.json")
     if matrix_path.is_file():  # a run stopped after scoring: the rollouts are not paid for twice
         saved = json.loads(matrix_path.read_text())
-        matrix, masked = cascade.load_matrix(saved["cells"]), saved["masked"]
+        matrix, masked = cascade.load_matrix(saved["cells"], questions), saved["masked"]
     else:
         matrix, masked = cascade.answer_matrix(questions, pool, workers, reward)
         matrix_path.parent.mkdir(parents=True, exist_ok=True)
