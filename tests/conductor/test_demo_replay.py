@@ -13,7 +13,11 @@ from rich.console import Console
 from conductor import policies
 from conductor.app import demo_replay
 from conductor.app.cli import main
+from conductor.app.render import round_line
 from conductor.pool import PoolError, load_pool
+from schemas.solve import RoundRecord, SolveResult, StepRecord
+from schemas.usage import Usage, UsageSummary
+from schemas.verify import Verdict
 from tasks import replay
 from tasks.finals import step_answer
 
@@ -42,6 +46,59 @@ def test_the_sample_is_fixed_and_drawn_from_the_test_splits() -> None:
     assert [p.benchmark for p in first] == [e for e in demo_replay.ENTRIES for _ in range(2)]
     assert all(replay.in_test_split(p.benchmark.removeprefix("replay-"), p.id) for p in first)
     assert [p.id for p in demo_replay.demo_problems(2, seed=1)] != [p.id for p in first]
+
+
+def _step(index: int, worker: str, answer: str, access: object = ()) -> StepRecord:
+    return StepRecord(
+        index=index,
+        model_id=index,
+        worker=worker,
+        subtask="solve it",
+        access=list(access) if access != "all" else "all",  # type: ignore[arg-type]
+        response=f'{{"reasoning": "...", "answer": "{answer}"}}',
+        usage=Usage(cost_usd=0.001, calls=1),
+    )
+
+
+FIRST = RoundRecord(
+    round=0, policy="local:replay", card_rounds=1, steps=[_step(0, "cheap-a", "7"), _step(1, "cheap-b", "8")]
+)
+
+
+def test_a_trained_policy_s_second_round_reads_hand_back_or_escalate() -> None:
+    assert round_line(FIRST) == "round 0 · local:replay: cheap-a → 7; cheap-b → 8"
+    back = RoundRecord(round=1, policy="local:replay", handback=True)
+    assert round_line(back) == "round 1 · local:replay: hand back (the first round's answer stands)"
+    up = RoundRecord(round=1, policy="local:replay", steps=[_step(0, "o1", "7", "all")])
+    assert round_line(up) == "round 1 · local:replay: escalate to o1: o1 [all] → 7"
+    fell = RoundRecord(round=1, policy="moa", fallback_used=True, handback=True)
+    assert round_line(fell).startswith("round 1 · moa (fallback): hand back")
+
+
+def test_the_summary_counts_escalations_and_prices_against_the_single_worker() -> None:
+    problem = demo_replay.demo_problems(1, seed=0)[0]
+    verdict = Verdict(id="v", outcome="correct", reason="ok")
+    total = UsageSummary(total=Usage(cost_usd=0.003, calls=3))
+    up = RoundRecord(round=1, policy="local:replay", steps=[_step(0, "o1", "7", "all")])
+    escalated = SolveResult(task_id="t", workflows=[FIRST, up], usage=total, verdict=verdict)
+    back = RoundRecord(round=1, policy="local:replay", handback=True)
+    handed = SolveResult(task_id="u", workflows=[FIRST, back], usage=total)
+    alone = SolveResult(
+        task_id="s", usage=UsageSummary(total=Usage(cost_usd=0.002, calls=1)), verdict=verdict
+    )
+    rows = [demo_replay.question_json(problem, r, alone) for r in (escalated, handed)]
+    assert [q["correct"] for q in rows] == [True, False]
+    assert rows[0]["rounds"][1]["steps"][0] == {
+        "worker": "o1",
+        "access": "all",
+        "answer": "7",
+        "error": None,
+        "cost_usd": 0.001,
+    }
+    s = demo_replay.summarize(rows, "o1", 1.0, lower_bound=True)
+    assert (s["second_rounds"], s["escalated"], s["correct"]) == (2, 1, 1)
+    assert s["cost_ratio"] == pytest.approx(0.006 / 0.004)
+    assert s["single"] == {"worker": "o1", "correct": 2, "cost_usd": pytest.approx(0.004)}
 
 
 @pytest.mark.e2e
