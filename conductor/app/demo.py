@@ -5,10 +5,12 @@ writing the eval report (evaluation/report) for its run and printing the path.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import tempfile
 import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -62,21 +64,9 @@ async def run_demo(
     env, which = resolution.env, resolution.line
     questions = demo_questions()
     console.print(which)
-    async with local_stack(env, name="demo", mode="services") as stack:
-        console.print(f"NATS at {stack.settings.nats_url}{' (embedded)' if stack.embedded_nats else ''}")
+    async with solving(env, name="demo", console=console, total=len(questions)) as (client, advance):
         started = time.monotonic()
-        async with ConductorClient(stack.settings) as client:
-            with Progress(
-                TextColumn("solving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-            ) as bar:
-                task = bar.add_task("solve", total=len(questions))
-                results = await solve_all(
-                    client,
-                    questions,
-                    concurrency=concurrency,
-                    rounds=rounds,
-                    on_done=lambda: bar.advance(task),
-                )
+        results = await solve_all(client, questions, concurrency=concurrency, rounds=rounds, on_done=advance)
         wall = time.monotonic() - started
     rows = [(q.id, q.domain, r) for q, r in zip(questions, results, strict=True)]
     summary = summarize(results, wall)
@@ -105,6 +95,22 @@ async def run_demo(
         )
     console.print(f"report: {report}")
     return 0 if summary["errors"] == 0 else 1
+
+
+@contextlib.asynccontextmanager
+async def solving(
+    env: Mapping[str, str], *, name: str, console: Console, total: int
+) -> AsyncIterator[tuple[ConductorClient, Callable[[], None]]]:
+    """A demo's stack (the services here, on the reachable NATS or an embedded one), a client on it and a progress
+    bar of ``total`` solves: yields the client and the bar's ``advance``."""
+    async with local_stack(env, name=name, mode="services") as stack:
+        console.print(f"NATS at {stack.settings.nats_url}{' (embedded)' if stack.embedded_nats else ''}")
+        async with ConductorClient(stack.settings) as client:
+            with Progress(
+                TextColumn("solving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+            ) as bar:
+                task = bar.add_task("solve", total=total)
+                yield client, lambda: bar.advance(task)
 
 
 def summarize(results: list[SolveResult], wall: float) -> dict:

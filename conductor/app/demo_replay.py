@@ -21,10 +21,9 @@ from pathlib import Path
 
 import msgspec
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from conductor.app.demo import solving
 from conductor.app.render import round_line
-from conductor.app.stack import local_stack
 from conductor.client import ConductorClient
 from conductor.money import usd
 from conductor.pool import Pool, PoolError, load_pool
@@ -215,17 +214,12 @@ async def run_replay_demo(
             "one round (a trained one's card asks for a second that hands back or escalates).",
             soft_wrap=True,
         )
-    async with local_stack(env, name="demo-replay", mode="services") as stack:
-        console.print(f"NATS at {stack.settings.nats_url}{' (embedded)' if stack.embedded_nats else ''}")
+    async with solving(env, name="demo-replay", console=console, total=2 * len(problems)) as (
+        client,
+        advance,
+    ):
         started = time.monotonic()
-        async with ConductorClient(stack.settings) as client:
-            with Progress(
-                TextColumn("solving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-            ) as bar:
-                task = bar.add_task("solve", total=2 * len(problems))
-                pairs = await solve_pairs(
-                    client, problems, alone, concurrency=concurrency, on_done=lambda: bar.advance(task)
-                )
+        pairs = await solve_pairs(client, problems, alone, concurrency=concurrency, on_done=advance)
         wall = time.monotonic() - started
     rows = [question_json(p, c, s) for p, (c, s) in zip(problems, pairs, strict=True)]
     o1 = any(w.replay is not None and w.replay.model.startswith("o1-") for w in pool.workers)
