@@ -69,12 +69,15 @@ def doors() -> list[Door]:
 @dataclass(frozen=True)
 class Store:
     """Where a reflected answer would be kept: the stream behind ``subject`` (None for a subject a service hears,
-    the cancels), read by ``reader``, a user that may; ``owner`` writes it anyway (its own account's bucket)."""
+    the cancels), read by ``reader``, a user that may; ``owner`` writes it anyway (its own account's bucket);
+    ``keyed``: the stream keeps one message per subject (a bucket, the result events), so a write shows as a new
+    last sequence rather than one more message."""
 
     subject: str
     stream: str | None
     reader: str
     owner: str | None = None
+    keyed: bool = True
 
 
 def stores(victim_id: str) -> dict[str, Store]:
@@ -84,7 +87,7 @@ def stores(victim_id: str) -> dict[str, Store]:
     return {
         "results": Store(f"$KV.{n.results_bucket}.{key}", f"KV_{n.results_bucket}", "executor"),
         "result-events": Store(n.result_subject(VICTIM, victim_id), n.result_events_stream, "executor"),
-        "cancel": Store(f"conductor.cancel.{key}", None, "executor"),
+        "cancel": Store(f"conductor.cancel.{key}", None, "executor", keyed=False),
         "gateway-spend": Store(
             f"$KV.{n.gateway_quota_bucket}.k-{victim_id}",
             f"KV_{n.gateway_quota_bucket}",
@@ -95,7 +98,7 @@ def stores(victim_id: str) -> dict[str, Store]:
             f"$KV.{n.limits_bucket}.w-{victim_id}", f"KV_{n.limits_bucket}", "worker-adapter"
         ),
         "policy-versions": Store(f"$O.{n.policies_bucket}.M.{meta}", f"OBJ_{n.policies_bucket}", "learner"),
-        "dead-letters": Store(f"{n.dead_prefix}.{key}", n.dead_stream, "executor"),
+        "dead-letters": Store(f"{n.dead_prefix}.{key}", n.dead_stream, "executor", keyed=False),
         "checkpoints": Store(f"$KV.{n.checkpoints_bucket}.{key}", f"KV_{n.checkpoints_bucket}", "executor"),
     }
 
@@ -148,10 +151,10 @@ async def _mark(
     js, stream = nc.jetstream(), store.stream
 
     async def mark() -> int:
-        """Messages on the subject; for a bucket (one message per key kept) the last one's sequence."""
+        """Messages on the subject; for a keyed stream the last one's sequence."""
         info = await js.stream_info(stream, subjects_filter=store.subject)
         held = sum((info.state.subjects or {}).values())
-        if held and stream.startswith(("KV_", "OBJ_")):
+        if held and store.keyed:
             return (await js.get_last_msg(stream, store.subject)).seq
         return held
 
