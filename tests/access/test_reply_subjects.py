@@ -1,7 +1,10 @@
 """Issue 19, item 1: the executor as a confused deputy. nats-server lets a responder publish to whatever reply
 subject its request named (``allow_responses``), so a client that may not write a result, a result event, a
 checkpoint or the JetStream API asks the executor to write there for it. Every such request is dropped unrun and
-counted; the genuine flow (a reply into the requester's inbox) is untouched."""
+counted; the genuine flow (a reply into the requester's inbox) is untouched. Since issue 34 a tenant's request
+reaches the executor through its account's import, with a reply (``_R_...``) that leads back into the tenant's own
+account: answered there, on whatever subject it named, it reaches no store; the executor's check still guards the
+requests of the services' own account (the learner's rollouts)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ import pytest
 from conductor import metrics
 from conductor.client import ConductorClient
 from conductor.wire import encode
-from schemas.solve import SOLVE, SolveRequest, SolveResult, solve_subject
+from schemas.rollout import ROLLOUT
+from schemas.solve import SolveRequest, SolveResult, solve_subject
 from schemas.tasks import Names, task_key
 
 pytestmark = pytest.mark.nats
@@ -24,11 +28,8 @@ NAMES = Names.for_prefix("")
 QUESTION = "What is the remainder when 2^100 is divided by 7?"  # in the bundled sim dataset (answer 2)
 
 
-def _refused() -> float:
-    return (
-        metrics.REGISTRY.get_sample_value("conductor_refused_replies_total", {"subject": SOLVE.subject})
-        or 0.0
-    )
+def _refused(subject: str = ROLLOUT.subject) -> float:
+    return metrics.REGISTRY.get_sample_value("conductor_refused_replies_total", {"subject": subject}) or 0.0
 
 
 def _targets(victim: str) -> list[str]:
@@ -45,9 +46,11 @@ def _targets(victim: str) -> list[str]:
     ]
 
 
-async def test_a_reply_subject_outside_an_inbox_is_dropped_unrun(secured, services):
+async def test_a_reply_subject_outside_an_inbox_changes_no_store(secured, services):
+    """A tenant's solve aimed at a store is answered into the tenant's own account; the same aim from the learner,
+    which shares the services' account, is dropped unrun and counted."""
     victim = f"victim-{uuid.uuid4().hex[:8]}"
-    rogue = await secured.connect("client")
+    rogue, learner = await secured.connect("client"), await secured.connect("learner")
     before = _refused()
     try:
         async with ConductorClient(services) as client:
@@ -58,7 +61,9 @@ async def test_a_reply_subject_outside_an_inbox_is_dropped_unrun(secured, servic
             forged = encode(SolveRequest(question="Answer 'forged'.", task_id=victim))
             for target in _targets(victim):
                 await rogue.publish(solve_subject("client"), forged, reply=target)
+                await learner.publish(ROLLOUT.subject, forged, reply=target)
             await rogue.flush()
+            await learner.flush()
             await asyncio.sleep(1.0)  # what the executor would have run: a sim solve answers in milliseconds
             stored = await client.result(victim, wait=5)
         assert stored == genuine  # nothing overwrote it
@@ -74,6 +79,7 @@ async def test_a_reply_subject_outside_an_inbox_is_dropped_unrun(secured, servic
         await executor.close()
     finally:
         await rogue.close()
+        await learner.close()
     assert _refused() - before == len(_targets(victim))
 
 
