@@ -105,12 +105,32 @@ def _cmd_train(args: argparse.Namespace) -> int:
             else:
                 scorer = connect.remote(loop, config, CommonSettings.from_env(dict(os.environ)))
             with scorer as score:
-                stages = run(config, score, resume=args.resume, progress=bar.update)
+                stages = run(
+                    config,
+                    score,
+                    resume=args.resume,
+                    progress=bar.update,
+                    matrix=_offline_matrix(loop, config),
+                )
         except (ConfigError, TaskError, RunExistsError, RolloutError) as exc:
             print(f"conductor train: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
     print(json.dumps(_summary(stages), indent=2, default=str))
     return 0
+
+
+def _offline_matrix(loop: Any, config: Any) -> Any:
+    """The cascade stage's answer matrix computed in this process when its pool is all replay workers (a lookup
+    each: conductor/app/replay_matrix.py), else None (through the rollout API)."""
+    from conductor.app.replay_matrix import offline_matrix
+    from services.learner.stream import load_run_pool
+
+    if config.cold_start.cascade is None:
+        return None
+    pool = load_run_pool(config)
+    if any(w.provider != "replay" for w in pool.workers):
+        return None
+    return lambda problems, pool, workers: loop.run(offline_matrix(problems, pool, workers))
 
 
 def _summary(stages: dict[str, Any]) -> dict[str, Any]:

@@ -59,10 +59,15 @@ KIND = {
 class Cell:
     """One worker's single answer to one question, as the rollout API scored it."""
 
-    reward: float
+    reward: float  # 1 right, 0.5 wrong (a parsed workflow's reward, docs/method.md §3)
     cost: float
     response: str
     answer: str | None  # what a second round shows of it (tasks/finals.py)
+
+    @property
+    def correct(self) -> float:
+        """1.0 when right: the search maximises accuracy (the reward of a parsed workflow is 0.5 + 0.5 x it)."""
+        return 1.0 if self.reward >= 1.0 else 0.0
 
 
 Matrix = dict[str, dict[str, Cell]]
@@ -119,8 +124,8 @@ def play(c: Cascade, cells: Mapping[str, Cell]) -> tuple[float, float, bool, str
     cost = sum(cells[w].cost for w in c.first)
     worker = c.action(state)
     if worker is None:
-        return cells[c.first[-1]].reward, cost, False, state
-    return cells[worker].reward, cost + cells[worker].cost, True, state
+        return cells[c.first[-1]].correct, cost, False, state
+    return cells[worker].correct, cost + cells[worker].cost, True, state
 
 
 def evaluate(c: Cascade, matrix: Matrix, ids: Sequence[str]) -> Outcome:
@@ -146,7 +151,7 @@ class Tables:
     were stated and agree, so every cascade's sums are a few vector operations."""
 
     workers: tuple[str, ...]
-    reward: np.ndarray  # [question, worker]
+    reward: np.ndarray  # [question, worker]: 1 right, 0 wrong
     cost: np.ndarray  # [question, worker]
     stated: np.ndarray  # [question, worker] bool
     same: np.ndarray  # [question, worker, worker] bool: both stated and the same answer
@@ -165,7 +170,7 @@ class Tables:
                 same[q, a, a] = ans[a] is not None
         return cls(
             workers=tuple(workers),
-            reward=np.array([[c.reward for c in row] for row in rows], dtype=float).reshape(len(ids), k),
+            reward=np.array([[c.correct for c in row] for row in rows], dtype=float).reshape(len(ids), k),
             cost=np.array([[c.cost for c in row] for row in rows], dtype=float).reshape(len(ids), k),
             stated=np.array([[a is not None for a in ans] for ans in answers], dtype=bool).reshape(
                 len(ids), k
@@ -254,12 +259,25 @@ def best_cascade(t: Tables, sums: Sequence[Sums], lam: float) -> Cascade:
 
 @dataclass(frozen=True)
 class Choice:
-    """The chosen cascade per set for one view, with the λ that chose it and its training-question figures."""
+    """The chosen cascade per set for one view, and its training-question figures."""
 
     view: tuple[str, ...]
-    lam: float
     per_set: dict[str, Cascade]
     figures: dict[str, Any]
+
+
+def frontier(
+    t: Tables, sums: Sequence[Sums], matrix: Matrix, ids: Sequence[str]
+) -> list[tuple[float, float, Cascade]]:
+    """One set's efficient cascades — (right answers, $ summed over its questions, cascade) — found as the best one
+    at every λ of ``LAMBDAS``, each kept once."""
+    found: dict[Cascade, tuple[float, float]] = {}
+    for lam in LAMBDAS:
+        c = best_cascade(t, sums, lam)
+        if c not in found:
+            o = evaluate(c, matrix, ids)
+            found[c] = (o.reward, o.cost)
+    return sorted(((r, cost, c) for c, (r, cost) in found.items()), key=lambda x: (x[1], -x[0]))
 
 
 def choose(
@@ -270,8 +288,10 @@ def choose(
     budget: float,
     cheap: int = 6,
 ) -> Choice:
-    """The most accurate per-set cascades whose mean $ is at most ``budget`` × the view's best single worker's (the
-    workers ordered by their mean $ on these questions, cheapest first, for ties and the cheap triples)."""
+    """The per-set cascades of most right answers whose mean $ is at most ``budget`` × the view's most accurate single
+    worker's: each set's efficient cascades (``frontier``), then the best combination within the cap (every
+    combination: a few dozen per set). Workers are ordered by their mean $ on these questions, cheapest first, for
+    ties and the cheap triples."""
     ids_by_set: dict[str, list[str]] = defaultdict(list)
     for p in problems:
         if p.id in matrix:
@@ -280,39 +300,42 @@ def choose(
     singles = {w: evaluate(Cascade((w,), ()), matrix, every) for w in view}
     ordered = sorted(view, key=lambda w: (singles[w].mean_cost, w))
     strongest = max(view, key=lambda w: (singles[w].accuracy, -singles[w].mean_cost))
-    cap = budget * singles[strongest].mean_cost
+    cap = budget * singles[strongest].mean_cost * len(every)
     firsts = first_rounds(range(len(ordered)), cheap)
-    tables = {s: Tables.of(matrix, ids, ordered) for s, ids in ids_by_set.items()}
-    sums = {s: [Sums.of(t, f) for f in firsts] for s, t in tables.items()}
-    picked: tuple[float, dict[str, Cascade], float, float] | None = None
-    for lam in LAMBDAS:
-        per_set = {s: best_cascade(tables[s], sums[s], lam) for s in sorted(ids_by_set)}
-        total = [evaluate(per_set[s], matrix, ids) for s, ids in ids_by_set.items()]
-        n = sum(o.n for o in total)
-        acc, cost = sum(o.reward for o in total) / n, sum(o.cost for o in total) / n
-        if cost <= cap and (picked is None or acc > picked[2] + 1e-12):
-            picked = (lam, per_set, acc, cost)
-    if picked is None:
+    sets = sorted(ids_by_set)
+    fronts = []
+    for name in sets:
+        t = Tables.of(matrix, ids_by_set[name], ordered)
+        fronts.append(frontier(t, [Sums.of(t, f) for f in firsts], matrix, ids_by_set[name]))
+    best: tuple[float, float, tuple[Cascade, ...]] | None = None
+    for combo in itertools.product(*fronts):
+        right, spent = sum(x[0] for x in combo), sum(x[1] for x in combo)
+        if spent <= cap and (
+            best is None or right > best[0] + 1e-9 or (right > best[0] - 1e-9 and spent < best[1])
+        ):
+            best = (right, spent, tuple(x[2] for x in combo))
+    if best is None:
         raise ValueError(f"no cascade costs at most {budget} x the best single worker's $ on this view")
-    lam, per_set, acc, cost = picked
+    right, spent, chosen = best
+    per_set = dict(zip(sets, chosen, strict=True))
+    n = len(every)
     figures = {
         "strongest": strongest,
         "strongest_accuracy": round(singles[strongest].accuracy, 4),
         "strongest_cost": singles[strongest].mean_cost,
-        "accuracy": round(acc, 4),
-        "cost": cost,
-        "cost_ratio": round(cost / singles[strongest].mean_cost, 4),
-        "lambda": lam,
+        "accuracy": round(right / n, 4),
+        "cost": spent / n,
+        "cost_ratio": round(spent / n / singles[strongest].mean_cost, 4),
         "sets": {
-            s: {"cascade": per_set[s].label(), **_figures(evaluate(per_set[s], matrix, ids))}
-            for s, ids in sorted(ids_by_set.items())
+            s: {"cascade": per_set[s].label(), **_figures(evaluate(per_set[s], matrix, ids_by_set[s]))}
+            for s in sets
         },
     }
-    return Choice(view=tuple(view), lam=lam, per_set=per_set, figures=figures)
+    return Choice(view=tuple(view), per_set=per_set, figures=figures)
 
 
-LAMBDAS = (0.0, *(10.0**e * m for e in range(-2, 6) for m in (1.0, 2.0, 5.0)))
-"""λ in reward per $: 0 (accuracy alone, the cheaper of equals) then 0.01 ... 500,000, a 1-2-5 ladder."""
+LAMBDAS = (0.0, *(10.0 ** (e / 8) for e in range(-16, 49)))
+"""λ in right answers per $: 0 (accuracy alone, the cheaper of equals), then 0.01 ... 1,000,000 in steps of 10^(1/8)."""
 
 
 def _figures(o: Outcome) -> dict[str, Any]:

@@ -143,7 +143,8 @@ class CascadeSection(_Section):
     pool's recorded answers, supervised for both rounds. Each view of ``data.views`` (else the whole pool) gets its
     own choice; ``budget`` caps its $ per question at that share of the view's most accurate single worker's."""
 
-    budget: Annotated[float, Meta(gt=0, le=1)] = 0.5
+    # One share for every view, or one per view of ``data.views`` (in order).
+    budget: Annotated[float, Meta(gt=0, le=1)] | list[Annotated[float, Meta(gt=0, le=1)]] = 0.5
     cheap: Annotated[int, Meta(ge=3, le=12)] = (
         6  # three-attempt first rounds are drawn from this many cheapest
     )
@@ -402,7 +403,16 @@ def check(config: LearnerConfig) -> None:
         raise ConfigError(f"data.k_min ({d.k_min}) exceeds the {len(d.workers)} workers in data.workers")
     if d.views_fraction and not d.views:
         raise ConfigError(f"data.views_fraction ({d.views_fraction}) needs data.views to draw from")
-    if config.cold_start.cascade is not None and (d.rounds < 1 or d.max_steps < 3):
+    cascade = config.cold_start.cascade
+    if (
+        cascade is not None
+        and isinstance(cascade.budget, list)
+        and len(cascade.budget) != max(1, len(d.views))
+    ):
+        raise ConfigError(
+            f"cold_start.cascade.budget lists {len(cascade.budget)} shares for {max(1, len(d.views))} view(s)"
+        )
+    if cascade is not None and (d.rounds < 1 or d.max_steps < 3):
         raise ConfigError(
             "[cold_start.cascade] trains a policy that decides from the first round's results: it needs "
             f"data.rounds >= 1 (got {d.rounds}) and data.max_steps >= 3 (got {d.max_steps})"

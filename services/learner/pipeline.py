@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,14 @@ from services.learner.recursion import RecursionBuffer
 from services.learner.rewards import ConductorReward, Scorer
 from services.learner.stream import EpisodeStream, Share, held_out, load_run_pool, shares, training_dataset
 from services.learner.telemetry import metrics_callback, rollout_log, specialists
+from tasks.problem import Problem
 
 Progress = Callable[[str, int, int, dict[str, Any]], None]
 """``(stage, step, total, figures)``: the CLI's progress bar and the learner service's progress events."""
+
+
+MatrixSource = Callable[[Sequence[Problem], Pool, Sequence[str]], tuple["cascade.Matrix", int]]
+"""(questions, pool, worker names) -> (answer matrix, questions left out): the cascade stage's single answers."""
 
 
 class RunExistsError(RuntimeError):
@@ -53,23 +58,36 @@ class Stages:
 
 
 def run(
-    config: LearnerConfig, score: Scorer, *, resume: bool = False, progress: Progress | None = None
+    config: LearnerConfig,
+    score: Scorer,
+    *,
+    resume: bool = False,
+    progress: Progress | None = None,
+    matrix: MatrixSource | None = None,
 ) -> dict:
     """Every stage the config asks for; the figures of each (also in ``stages.json``), on ``model.threads`` CPU
-    threads when set (torch's own count is restored after)."""
+    threads when set (torch's own count is restored after). ``matrix``: how the cascade stage gets its answer
+    matrix (default: through ``score``, the rollout API; conductor/app/replay_matrix.py computes it in-process)."""
     if not config.model.threads:
-        return _run(config, score, resume=resume, progress=progress)
+        return _run(config, score, resume=resume, progress=progress, matrix=matrix)
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(config.model.threads)
     try:
-        return _run(config, score, resume=resume, progress=progress)
+        return _run(config, score, resume=resume, progress=progress, matrix=matrix)
     finally:
         torch.set_num_threads(before)
 
 
-def _run(config: LearnerConfig, score: Scorer, *, resume: bool, progress: Progress | None) -> dict:
+def _run(
+    config: LearnerConfig,
+    score: Scorer,
+    *,
+    resume: bool,
+    progress: Progress | None,
+    matrix: MatrixSource | None = None,
+) -> dict:
     out = Path(config.output.dir)
     stages = Stages(out / "stages.json")
     if stages.done and not resume:
@@ -103,7 +121,7 @@ def _run(config: LearnerConfig, score: Scorer, *, resume: bool, progress: Progre
     if c.cascade is not None:
         if "cascade" not in stages.done:
             note("cascade", 0, 1, {})
-            rows, figures = _cascade_rows(config, train, pool, reward, out / "cascade_rows.json")
+            rows, figures = _cascade_rows(config, train, pool, reward, out / "cascade_rows.json", matrix)
             coldstart.sft(
                 config,
                 model_path,
@@ -238,7 +256,9 @@ def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str
     return rows, figures
 
 
-def _cascade_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _cascade_rows(
+    config, train, pool, reward, path: Path, source: MatrixSource | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The cascade stage's SFT rows and figures (services/learner/cascade.py), kept in ``path`` like the search's."""
     if path.is_file():
         saved = json.loads(path.read_text())
@@ -256,11 +276,18 @@ def _cascade_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[st
         saved = json.loads(matrix_path.read_text())
         matrix, masked = cascade.load_matrix(saved["cells"], questions), saved["masked"]
     else:
-        matrix, masked = cascade.answer_matrix(questions, pool, workers, reward)
+        if source is not None:
+            matrix, masked = source(questions, pool, workers)
+        else:
+            matrix, masked = cascade.answer_matrix(questions, pool, workers, reward)
         matrix_path.parent.mkdir(parents=True, exist_ok=True)
         matrix_path.write_text(json.dumps({"cells": cascade.dump_matrix(matrix), "masked": masked}))
     views = config.data.views or [workers]
-    choices = [cascade.choose(matrix, questions, view, budget=c.budget, cheap=c.cheap) for view in views]
+    budgets = c.budget if isinstance(c.budget, list) else [c.budget] * len(views)
+    choices = [
+        cascade.choose(matrix, questions, view, budget=b, cheap=c.cheap)
+        for view, b in zip(views, budgets, strict=True)
+    ]
     rows = cascade.rows(choices, questions, matrix, pool, config)
     if c.rows and c.rows < len(rows):
         rows = random.Random(config.model.seed).sample(rows, c.rows)

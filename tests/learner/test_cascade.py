@@ -45,7 +45,7 @@ def _problem(i: int, bench: str = "replay-gsm") -> Problem:
 
 
 def _cell(right: bool, cost: float, answer: str | None) -> Cell:
-    return Cell(reward=1.0 if right else 0.0, cost=cost, response=f"\\boxed{{{answer}}}", answer=answer)
+    return Cell(reward=1.0 if right else 0.5, cost=cost, response=f"\\boxed{{{answer}}}", answer=answer)
 
 
 def _matrix(n: int = 40) -> tuple[list[Problem], cascade.Matrix]:
