@@ -153,6 +153,21 @@ async def test_the_learner_scores_rollouts_through_the_executors_as_its_own_user
     assert "Violation" not in chart_nats.log.read_text()[len(before) :]
 
 
+async def test_no_answer_of_the_server_lands_in_a_store_on_the_charts_accounts(chart_nats, services):
+    """Issue 34: the chart's accounts keep the reflection family out of every store, as the embedded server's do
+    (tests/access/test_reflections.py; the family is scripts/probe_reflection.py's)."""
+    from scripts.probe_reflection import ensure_stores, reflect, stores
+
+    async def connect(user: str) -> nats.NATS:
+        return await nats.connect(chart_nats(user), inbox_prefix=f"_INBOX.{user}", max_reconnect_attempts=0)
+
+    await ensure_stores(connect)
+    written = {}
+    for name, store in stores("chart").items():
+        written[name], _ = await reflect(connect, store)
+    assert written == {name: [] for name in written}
+
+
 GATEWAY_PORT = free_port()
 
 
