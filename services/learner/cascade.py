@@ -40,7 +40,7 @@ from schemas.plan import StepAnswer, Workflow
 from services.learner.config import LearnerConfig
 from services.learner.episodes import Episode, first_round, messages, next_round
 from services.learner.rewards import ConductorReward
-from services.learner.search import SOLVE, Candidate, completion
+from services.learner.search import SOLVE
 from tasks.finals import step_answer
 from tasks.problem import Problem
 
@@ -369,7 +369,7 @@ def answer_matrix(
     for start in range(0, len(jobs), chunk):
         part = jobs[start : start + chunk]
         eps = [first_round(p, view) for p, _ in part]
-        texts = [completion(Candidate("single", (i,)), p.domain, specs) for p, i in part]
+        texts = [first_completion((i,), p, specs) for p, i in part]  # the subtask the cascade's workflows ask
         for (p, i), s in zip(part, reward.score(eps, texts), strict=True):
             if s.result.reward is None or not s.result.steps:
                 masked.add(p.id)
