@@ -87,3 +87,15 @@ def test_build_context_is_only_what_the_images_copy():
             copied |= set(src.split())
     assert copied <= allowed, copied - allowed
     assert all((ROOT / path).exists() for path in allowed)
+
+
+def test_every_package_of_the_project_is_copied_into_each_image():
+    """`pip install --editable /app` finds only the packages copied there: one left out (evaluation/, imported by
+    the CLI's parser) makes every `conductor` command in the image fail at import (found building it, issue 36)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = [p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]]
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    for text in (CPU, LEARNER):
+        for package in packages:
+            assert f"COPY {package} /app/{package}" in text, package
+    assert all(f"!{package}/" in ignore for package in packages)
