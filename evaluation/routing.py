@@ -22,7 +22,6 @@ from evaluation.records import ItemResult
 from evaluation.routers import Choice, Question, RouterSpec
 from schemas.solve import RoundRecord, SolveResult
 from schemas.usage import Usage, UsageSummary
-from services.verifier.extract import last_python_block
 from tasks import registry
 from tasks.problem import Problem
 
@@ -84,13 +83,14 @@ def normal(text: str) -> str:
 
 
 def final_answer(item: ItemResult) -> str | None:
-    """The answer a vote or a cascade compares: the verifier's extracted final answer; for code, the program it
-    would run (services/verifier/extract.py); None when the worker stated none."""
+    """The answer a vote or a cascade compares: the verifier's extracted final answer; for code without one, the
+    whole response with its spacing collapsed (two programs agree when written alike); None when the worker stated
+    none."""
     verdict = item.result.verdict
     if verdict is not None and verdict.extracted is not None:
         return verdict.extracted
     if item.domain == "code" and item.result.answer:
-        return last_python_block(item.result.answer)
+        return " ".join(item.result.answer.split())
     return None
 
 

@@ -25,7 +25,7 @@ __all__ = [
 
 LITERAL_DOMAIN = "literal"
 """The domain of answers that are Python literals (CRUXEval): the verifier compares evaluated literals
-(services/verifier/literal.py); workers are asked for the ``general`` family's answer tags."""
+(tasks/literal.py); workers are asked for the ``general`` family's answer tags."""
 
 _BOX_CMD = re.compile(r"\\(?:boxed|fbox)\s*\{")
 

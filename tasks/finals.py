@@ -21,6 +21,9 @@ from schemas.plan import StepAnswer
 from schemas.solve import StepRecord
 from tasks.answers import boxed_all, json_answer
 
+SHORT_LETTER_REPLY = 20
+"""A multiple-choice reply this short with no marked answer is read as the letter it starts with ("C", "(B) x")."""
+
 MAX_SHOWN_ANSWER_CHARS = 120
 """A step's answer is shown up to this length: a final answer, not a derivation."""
 
@@ -53,13 +56,23 @@ def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     return found
 
 
-def step_answer(response: str, domain: str | None = None) -> str | None:
-    """The final answer a response states, compacted to one short line; None when it states none."""
+def stated_answer(response: str, domain: str | None = None) -> str | None:
+    """The final answer a response states, whole (the letter for multiple choice); None when it states none."""
     found = _found(response)
+    if not found and domain == "mcq" and len(response.strip()) <= SHORT_LETTER_REPLY:
+        found = response.strip()  # a reply that is just the letter (HELM's recorded answers: "C")
     if not found:
         return None
     if domain == "mcq" and (letter := _LETTER.match(found.strip())):
         return letter.group(1)
+    return found
+
+
+def step_answer(response: str, domain: str | None = None) -> str | None:
+    """The final answer a response states, compacted to one short line; None when it states none."""
+    found = stated_answer(response, domain)
+    if not found:
+        return None
     flat = " ".join(found.split())
     return flat if len(flat) <= MAX_SHOWN_ANSWER_CHARS else flat[: MAX_SHOWN_ANSWER_CHARS - 1] + "…"
 

@@ -27,13 +27,14 @@ from schemas.verify import (
     Verdict,
     VerifyRequest,
 )
-from services.verifier import codecheck, literal, mcq
+from services.verifier import codecheck, mcq
 from services.verifier.config import Settings
 from services.verifier.extract import final_answers, last_python_block
 from services.verifier.fairness import REQUESTER, FairLimit
 from services.verifier.processes import Launch, ProcessError, ProcessSet
 from services.verifier.sandbox import launcher
 from services.verifier.sandbox.client import LayerReport, Sandbox
+from tasks import literal
 from tasks.answers import LITERAL_DOMAIN, normalize_text
 
 log = structlog.get_logger("conductor.verifier")

@@ -151,7 +151,7 @@ def test_a_held_out_file_is_read_whole_as_the_test_split(tmp_path: Path) -> None
 
 
 def test_literal_answers_compare_as_evaluated_python_literals() -> None:
-    from services.verifier import literal
+    from tasks import literal
 
     assert (
         literal.grade("[1,2]", "[1, 2]")[0] and literal.grade("{2: None, 1: None}", "{1: None, 2: None}")[0]

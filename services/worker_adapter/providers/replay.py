@@ -13,7 +13,7 @@ A worker ``provider = "replay"`` names a recorded model (``[workers.replay] mode
      replied with the verbatim text of a step that gave it (its own text when its own answer wins). A real model
      does not count votes: it may follow a persuasive minority, or find an answer nobody gave; this one only ever
      repeats an answer it was shown or its own.
-   Final answers are read per set with the verifier's extractors (``final_answer``); a text without one abstains.
+   Final answers are read per set in the verifier's order (``final_answer``); a text without one abstains.
 4. Usage: input tokens = every message of the prompt actually built, output tokens = the recorded text, both
    counted with SmolLM2-135M-Instruct's tokenizer (``tasks/data/replay/smollm2-tokenizer.json.gz``, Apache-2.0; the
    recorded models' own tokenizers are not shipped, so counts are an estimate of theirs). Dollars: the pool's
@@ -31,12 +31,10 @@ from collections.abc import Sequence
 
 from conductor.pool import Pool, PoolError, WorkerSpec
 from schemas.work import ChatMessage, FaultReason
-from services.verifier import literal
-from services.verifier.extract import final_answers
-from services.verifier.mcq import extract_choice
 from services.worker_adapter.provider import CallParams, Completion, PermanentProviderError
-from tasks import replay
+from tasks import literal, replay
 from tasks.answers import normalize_text
+from tasks.finals import stated_answer
 
 TOKENIZER = "smollm2-tokenizer.json.gz"
 
@@ -59,16 +57,14 @@ def count_tokens(texts: Sequence[str]) -> int:
 def final_answer(set_name: str, text: str) -> str | None:
     """The final answer ``text`` commits to, normalised so equal answers compare equal; None when it has none.
 
-    Multiple choice: the one stated letter; crux: the evaluated literal's spelling; math: the last marked answer
-    (ZeroEval's JSON ``answer`` field included), in the verifier's exact-match normal form.
+    Read in the verifier's order (tasks/finals.py ``stated_answer``: ZeroEval's JSON ``answer`` field, a box, an
+    answer line); multiple choice: the letter; crux: the evaluated literal's spelling (tasks/literal.py); math: the
+    exact-match normal form.
     """
-    if set_name == "mmlu-redux":
-        letters = extract_choice(text).letters
-        return letters[0] if len(letters) == 1 else None
-    last = final_answers(text).last
-    if last is None:
-        return None
-    return literal.canonical(last) if set_name == "crux" else normalize_text(last)
+    stated = stated_answer(text, "mcq" if set_name == "mmlu-redux" else None)
+    if stated is None or set_name == "mmlu-redux":
+        return stated
+    return literal.canonical(stated) if set_name == "crux" else normalize_text(stated)
 
 
 def majority_text(set_name: str, own: str, seen: Sequence[str]) -> str:
