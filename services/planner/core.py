@@ -22,20 +22,30 @@ Serving rules (the training reward treats a format failure as 0, docs/method.md 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import msgspec
 import structlog
 
 from conductor.answer_format import answer_type
 from conductor.prompt import MAX_SHOWN_RESPONSE_CHARS, policy_messages, view_refusal
-from conductor.workflow import WorkflowFormatError, parse_completion
+from conductor.workflow import ParsedCompletion, WorkflowFormatError, parse_completion
 from schemas.errors import ErrorCode, ErrorInfo
+from schemas.learner import PolicyCard
 from schemas.plan import REJECTED_TEXT_CHARS, PlanReply, PlanRequest, RejectedSample
 from schemas.usage import Usage
-from services.planner.baselines import BaselineError, BaselineSpec, handback, parse_baseline, plan_baseline
-from services.planner.config import PlannerSettings, serving
+from schemas.work import ChatMessage
+from services.planner.baselines import (
+    BaselineError,
+    BaselinePlan,
+    BaselineSpec,
+    handback,
+    parse_baseline,
+    plan_baseline,
+)
+from services.planner.config import PlannerSettings, Serving, serving
 from services.planner.policies.worker import WORKER_PREFIX
-from services.planner.policy import Policy, PolicyError, PromptTooLong
+from services.planner.policy import Policy, PolicyError, PromptTooLong, Sample
 from tasks.formats import as_presented
 
 log = structlog.get_logger("conductor.planner")
@@ -112,11 +122,7 @@ class Planner:
 
     def _baseline(self, spec: BaselineSpec, req: PlanRequest, *, per_request: bool) -> PlanReply:
         try:
-            plan = (
-                handback(spec.name)
-                if req.previous
-                else plan_baseline(spec, n_workers=len(req.workers), max_steps=req.max_steps)
-            )
+            plan = _baseline_plan(spec, req)
         except BaselineError as exc:
             if per_request:
                 return bad_request(str(exc), "policy")
@@ -132,19 +138,64 @@ class Planner:
         )
 
     async def _sample(self, policy: Policy, req: PlanRequest) -> PlanReply:
-        recursion = bool(req.previous)
+        """Sample ``policy`` up to ``1 + resamples`` times until a sample parses; what each failure leads to is
+        the module docstring's serving rules."""
         # The model policy is served as its card says (services/planner/config.py ``serving``); a pool worker
         # writing the workflow (`worker:<name>`) gets the full prompt with examples, sampled as settings say.
         card = policy.card if policy is self.policy else None
-        refusal = view_refusal(card, req.workers)
-        if refusal is not None:
-            # Trained on one fixed view, the policy is a pointer into that numbering; trained on views of one pool,
-            # it knows those workers only: any other view is planned by the fallback baseline, and the record says
-            # why.
-            message = f"{policy.name} {refusal}; its card serves it on the views it was trained on only"
-            info = ErrorInfo(code=ErrorCode.PLANNER_ERROR, message=message, retryable=False)
-            return self._fallback(req, PlanReply(policy=policy.name, error=info), backend=True)
+        if (refused := self._refuse_view(policy, card, req)) is not None:
+            return refused
         serve = serving(self.settings, card)
+        shown = self._shown(policy, card, serve, req)
+        trail = _Trail(policy=policy.name)
+        for attempt in range(1, self.settings.resamples + 2):
+            try:
+                samples = await _draw(policy, shown.messages, serve)
+            except PromptTooLong as exc:
+                log.warning("prompt over the policy's context", policy=policy.name, error=str(exc))
+                return trail.reply(
+                    ErrorInfo(code=ErrorCode.PLANNER_ERROR, message=str(exc), detail=exc.detail)
+                )
+            except PolicyError as exc:
+                if exc.field is not None:  # the request named something that does not exist: no fallback
+                    return bad_request(str(exc), exc.field)
+                log.warning(
+                    "policy backend failed", policy=policy.name, error=str(exc), retryable=exc.retryable
+                )
+                info = ErrorInfo(
+                    code=ErrorCode.PLANNER_ERROR, message=str(exc), retryable=exc.retryable, detail=exc.detail
+                )
+                return self._fallback(req, trail.reply(info), backend=True)
+            trail.drew(samples)
+            try:
+                parsed = parse_completion(
+                    trail.text,
+                    n_workers=len(req.workers),
+                    max_steps=shown.max_steps,
+                    allow_empty=bool(req.previous),
+                )
+            except WorkflowFormatError as exc:
+                trail.reject(f"{exc} (cut off at max_tokens)" if samples[0].truncated else str(exc))
+                log.info("format failure", policy=policy.name, attempt=attempt, reason=exc.reason)
+                continue
+            # A policy that decides from results recurses as many rounds as its card asks.
+            return trail.reply(parsed=parsed, rounds=card.rounds if card is not None else 0)
+        # Deterministic for this request: the resamples already happened here, so asking again is not advised.
+        info = ErrorInfo(code=ErrorCode.FORMAT_ERROR, message=trail.failures[-1], retryable=False)
+        return self._fallback(req, trail.reply(info), backend=False)
+
+    def _refuse_view(self, policy: Policy, card: PolicyCard | None, req: PlanRequest) -> PlanReply | None:
+        """Trained on one fixed view, the policy is a pointer into that numbering; trained on views of one pool, it
+        knows those workers only: any other view is planned by the fallback baseline, and the record says why."""
+        refusal = view_refusal(card, req.workers)
+        if refusal is None:
+            return None
+        message = f"{policy.name} {refusal}; its card serves it on the views it was trained on only"
+        info = ErrorInfo(code=ErrorCode.PLANNER_ERROR, message=message, retryable=False)
+        return self._fallback(req, PlanReply(policy=policy.name, error=info), backend=True)
+
+    def _shown(self, policy: Policy, card: PolicyCard | None, serve: Serving, req: PlanRequest) -> _Shown:
+        """The prompt the policy is shown, and the step cap its workflow is parsed with."""
         # A policy trained on registry questions saw each with its answer-format instruction: a user's question
         # without one is shown so too (without it, the shipped policy wrote unusable workflows for 7 of the demo's
         # 20 questions; with it, none).
@@ -164,82 +215,7 @@ class Planner:
             style=serve.prompt if policy is self.policy else "examples",
             response_chars=card.response_chars if card is not None else MAX_SHOWN_RESPONSE_CHARS,
         )
-        failures: list[str] = []
-        rejected: list[RejectedSample] = []
-        usage = Usage()
-        text = ""
-        for attempt in range(1, self.settings.resamples + 2):
-            try:
-                samples = await policy.sample(
-                    messages, n=1, temperature=serve.temperature, max_tokens=serve.max_tokens
-                )
-                if not samples:
-                    raise PolicyError("the policy returned no samples", retryable=True)
-            except PromptTooLong as exc:
-                log.warning("prompt over the policy's context", policy=policy.name, error=str(exc))
-                info = ErrorInfo(code=ErrorCode.PLANNER_ERROR, message=str(exc), detail=exc.detail)
-                return PlanReply(
-                    policy=policy.name,
-                    completion=text,
-                    attempts=attempt - 1,
-                    format_failures=failures,
-                    rejected=rejected,
-                    usage=usage,
-                    error=info,
-                )
-            except PolicyError as exc:
-                if exc.field is not None:  # the request named something that does not exist: no fallback
-                    return bad_request(str(exc), exc.field)
-                log.warning(
-                    "policy backend failed", policy=policy.name, error=str(exc), retryable=exc.retryable
-                )
-                info = ErrorInfo(
-                    code=ErrorCode.PLANNER_ERROR, message=str(exc), retryable=exc.retryable, detail=exc.detail
-                )
-                failed = PlanReply(
-                    policy=policy.name,
-                    completion=text,
-                    attempts=attempt - 1,
-                    format_failures=failures,
-                    rejected=rejected,
-                    usage=usage,
-                    error=info,
-                )
-                return self._fallback(req, failed, backend=True)
-            usage = sum((s.usage for s in samples), usage)
-            text = samples[0].text
-            try:
-                parsed = parse_completion(
-                    text, n_workers=len(req.workers), max_steps=max_steps, allow_empty=recursion
-                )
-            except WorkflowFormatError as exc:
-                failures.append(f"{exc} (cut off at max_tokens)" if samples[0].truncated else str(exc))
-                rejected.append(RejectedSample(reason=failures[-1], text=text[:REJECTED_TEXT_CHARS]))
-                log.info("format failure", policy=policy.name, attempt=attempt, reason=exc.reason)
-                continue
-            return PlanReply(
-                policy=policy.name,
-                completion=text,
-                reasoning=parsed.reasoning,
-                workflow=parsed.workflow,
-                attempts=attempt,
-                format_failures=failures,
-                rejected=rejected,
-                usage=usage,
-                rounds=card.rounds if card is not None else 0,  # a policy that decides from results recurses
-            )
-        # Deterministic for this request: the resamples already happened here, so asking again is not advised.
-        info = ErrorInfo(code=ErrorCode.FORMAT_ERROR, message=failures[-1], retryable=False)
-        failed = PlanReply(
-            policy=policy.name,
-            completion=text,
-            attempts=len(failures),
-            format_failures=failures,
-            rejected=rejected,
-            usage=usage,
-            error=info,
-        )
-        return self._fallback(req, failed, backend=False)
+        return _Shown(messages=messages, max_steps=max_steps)
 
     def _fallback(self, req: PlanRequest, failed: PlanReply, *, backend: bool) -> PlanReply:
         """The fallback baseline's workflow in place of ``failed``; ``failed`` itself when there is no fallback
@@ -247,11 +223,7 @@ class Planner:
         if self.fallback is None:
             return failed
         try:
-            plan = (
-                handback(self.fallback.name)
-                if req.previous
-                else plan_baseline(self.fallback, n_workers=len(req.workers), max_steps=req.max_steps)
-            )
+            plan = _baseline_plan(self.fallback, req)
         except BaselineError as exc:
             log.error("fallback does not fit the request", fallback=self.fallback.name, error=str(exc))
             return failed
@@ -264,4 +236,64 @@ class Planner:
             fallback_used=True,
             error=None,
             policy_error=failed.error if backend else None,
+        )
+
+
+def _baseline_plan(spec: BaselineSpec, req: PlanRequest) -> BaselinePlan:
+    """A baseline's workflow for the request: on a recursion round it hands back (see ``baselines``)."""
+    if req.previous:
+        return handback(spec.name)
+    return plan_baseline(spec, n_workers=len(req.workers), max_steps=req.max_steps)
+
+
+async def _draw(policy: Policy, messages: list[ChatMessage], serve: Serving) -> list[Sample]:
+    """One sample of the policy, as its serving settings say; an empty answer is a transient backend failure."""
+    samples = await policy.sample(messages, n=1, temperature=serve.temperature, max_tokens=serve.max_tokens)
+    if not samples:
+        raise PolicyError("the policy returned no samples", retryable=True)
+    return samples
+
+
+@dataclass(frozen=True, slots=True)
+class _Shown:
+    messages: list[ChatMessage]
+    max_steps: int
+
+
+@dataclass(slots=True)
+class _Trail:
+    """What one request's samples left so far: the last text, each rejected sample, the usage. ``reply`` is the
+    one place a sampled policy's ``PlanReply`` is built, whether it planned, failed or hands over to the fallback."""
+
+    policy: str
+    text: str = ""
+    drawn: int = 0
+    failures: list[str] = field(default_factory=list)
+    rejected: list[RejectedSample] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+    def drew(self, samples: list[Sample]) -> None:
+        """The first sample is the one parsed; the usage counts every sample the backend returned."""
+        self.drawn += 1
+        self.usage = sum((s.usage for s in samples), self.usage)
+        self.text = samples[0].text
+
+    def reject(self, reason: str) -> None:
+        self.failures.append(reason)
+        self.rejected.append(RejectedSample(reason=reason, text=self.text[:REJECTED_TEXT_CHARS]))
+
+    def reply(
+        self, error: ErrorInfo | None = None, *, parsed: ParsedCompletion | None = None, rounds: int = 0
+    ) -> PlanReply:
+        return PlanReply(
+            policy=self.policy,
+            completion=self.text,
+            reasoning=parsed.reasoning if parsed is not None else "",
+            workflow=parsed.workflow if parsed is not None else None,
+            attempts=self.drawn,
+            format_failures=self.failures,
+            rejected=self.rejected,
+            usage=self.usage,
+            error=error,
+            rounds=rounds,
         )
