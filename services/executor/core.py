@@ -6,13 +6,13 @@ Solves and rollouts differ only in where a round's workflow comes from (``Workfl
 for a solve (``PlannerSource``), the learner's completion parsed as written for a rollout
 (``services/executor/rollouts.py``). Running the steps, recursing, verifying and the reward are shared.
 
-Steps run in workflow order semantically; a step starts as soon as every step it may see has finished, so
-independent steps (access ``[]``) overlap in time without changing any worker's inputs.
+A round's steps run in workflow order semantically (``steps.py``); a step starts as soon as every step it may see
+has finished, so independent steps (access ``[]``) overlap in time without changing any worker's inputs.
 
 Nothing handed to the executor is acted on unchecked: a round's workflow, whatever its source, is checked against
 the task's pool view and step cap before a step runs (``validation.workflow_error``); a stored checkpoint is resumed
 only if it is this task's, for the submitted request, with a valid plan and records (``checkpoints.py``); a verdict
-must answer the item asked (``verifying.py``) and a worker's reply the worker asked (``_answering``).
+must answer the item asked (``verifying.py``) and a worker's reply the worker asked (``steps.py``).
 """
 
 from __future__ import annotations
@@ -26,40 +26,31 @@ from typing import Protocol
 
 import msgspec
 import structlog
-from opentelemetry.trace import StatusCode
 
-from conductor import metrics, tracing
+from conductor import tracing
 from conductor.liveness import current_deadline, expired
-from conductor.pool import Pool, WorkerSpec
+from conductor.pool import Pool
 from conductor.reward import judge, policy_parsed
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest, PriorRound, Workflow
 from schemas.solve import ProgressEvent, RoundRecord, SolveRequest, SolveResult, StepRecord
 from schemas.tasks import TaskCheckpoint, task_key
 from schemas.usage import Usage, UsageSummary
-from schemas.verify import Outcome, Reference, TextReference, Verdict, VerifyBatch, VerifyRequest
-from schemas.work import WorkReply, WorkRequest
+from schemas.verify import Verdict
 from services.executor.budget import BudgetMeter, merge_budget
 from services.executor.cancels import Cancel
 from services.executor.checkpoints import checkpoint_error
 from services.executor.config import ExecutorSettings
-from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
 from services.executor.recording import record_served
+from services.executor.steps import RoundOutcome, StepCaller, best_so_far, run_round
 from services.executor.transport import Transport
 from services.executor.validation import rounds_allowed, step_cap, validate, workflow_error
-from services.executor.verifying import verify
+from services.executor.verifying import as_reference, task_verdict
 from tasks.finals import step_answers
 
 log = structlog.get_logger("conductor.executor")
 
 Checkpointer = Callable[[TaskCheckpoint], Awaitable[None]]
-
-
-def as_reference(ref: str | Reference, domain: str | None) -> Reference:
-    if not isinstance(ref, str):
-        return ref
-    kind = {"math": "math", "mcq": "mcq"}.get(domain or "", "auto")
-    return TextReference(answer=ref, kind=kind)  # type: ignore[arg-type]
 
 
 def usage_summary(rounds: Sequence[RoundRecord]) -> UsageSummary:
@@ -164,15 +155,6 @@ class TaskState:
     def add_step(self, record: StepRecord) -> None:
         assert self.current is not None
         self.current = msgspec.structs.replace(self.current, steps=[*self.current.steps, record])
-
-
-class RoundOutcome:
-    """The result of running one workflow: its step records, its final response or the error that stopped it."""
-
-    def __init__(self, steps: list[StepRecord], answer: str | None, error: ErrorInfo | None) -> None:
-        self.steps = steps
-        self.answer = answer
-        self.error = error
 
 
 class Executor:
@@ -326,6 +308,18 @@ class _TaskRun:
             current_deadline()
         )  # the solve's requester's, when it sent one (conductor/liveness.py)
         self.cancel = cancel or Cancel()
+        self.steps = StepCaller(
+            transport=ex.transport,
+            pool=ex.pool,
+            req=self.req,
+            workers=self.workers,
+            task_id=state.task_id,
+            call_id=self.call_id,
+            durable=durable,
+            work_timeout_s=ex.settings.work_timeout_s,
+            meter=self.meter,
+            emit=self.emit,
+        )
 
     def _halt(self) -> ErrorInfo | None:
         """Why no further paid call may start: its owner cancelled the task, a budget ran out, or the requester's
@@ -387,7 +381,7 @@ class _TaskRun:
             st.current, st.workflow = None, None
             if outcome.error is not None:
                 error = outcome.error
-                st.answer = st.answer if st.answer is not None else _best_so_far(outcome.steps)
+                st.answer = st.answer if st.answer is not None else best_so_far(outcome.steps)
                 break
             st.answer = outcome.answer
             st.previous.append(
@@ -448,150 +442,31 @@ class _TaskRun:
         return None, False
 
     async def _run_round(self, rnd: int, wf: Workflow) -> RoundOutcome:
-        n = len(wf)
-        loop = asyncio.get_running_loop()
-        done: list[asyncio.Future[StepRecord]] = [loop.create_future() for _ in range(n)]
         assert self.state.current is not None
-        for rec in self.state.current.steps:  # finished before a restart: not run again
-            done[rec.index].set_result(rec)
-        previous_answer = self.state.answer if rnd > 0 else None
-        stop = asyncio.Event()
-        stop_error: list[ErrorInfo] = []
-
-        async def run_step(i: int) -> None:
-            if done[i].done():
-                return
-            records = [await done[j] for j in granted_steps(i, wf.access_list[i])]
-            if stop.is_set() or any(r.error is not None for r in records):
-                done[i].set_result(_skipped(i, wf, self.workers))
-                return
-            if (halt := self._halt()) is not None:
-                stop_error.append(halt)
-                stop.set()
-                done[i].set_result(_skipped(i, wf, self.workers))
-                return
-            history = [(r.subtask, r.response) for r in records]
-            if previous_answer is not None and wf.access_list[i] == "all":
-                history.insert(0, (PREVIOUS_ROUND_SUBTASK, previous_answer))
-            record = await self._call_worker(rnd, i, wf, history)
-            if record.error is not None:
-                if not stop.is_set():
-                    stop_error.append(record.error)
-                    stop.set()
-                done[i].set_result(record)
-                return
-            done[i].set_result(record)
-            self.state.add_step(record)
-            await self.save()
-
-        tasks = [asyncio.create_task(run_step(i)) for i in range(n)]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-        steps = [f.result() for f in done]
-        if stop_error:
-            return RoundOutcome(steps, None, stop_error[0])
-        return RoundOutcome(steps, steps[-1].response, None)
-
-    async def _call_worker(
-        self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]]
-    ) -> StepRecord:
-        worker = self.workers[wf.model_id[i]]
-        step = {"conductor.round": rnd, "conductor.step": i, "conductor.worker": worker.name}
-        with tracing.span(f"step {rnd}.{i}", attributes=step) as span:
-            record = await self._call_worker_traced(rnd, i, wf, history, worker)
-            if span is not None and record.error is not None:
-                span.set_status(StatusCode.ERROR, record.error.code)
-            return record
-
-    async def _call_worker_traced(
-        self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]], worker: WorkerSpec
-    ) -> StepRecord:
-        timeout = self.ex.settings.work_timeout_s
-        remaining = self.meter.remaining_wall()
-        if remaining is not None:
-            timeout = min(timeout, max(remaining, 0.001))
-        started = time.monotonic()
-        reply = await self.ex.transport.work(
-            WorkRequest(
-                worker=worker.name,
-                messages=build_messages(
-                    self.req.question, wf.subtasks[i], history, answer_format=self._answer_format(i, wf)
-                ),
-                task_id=self.call_id,
-                round=rnd,
-                step=i,
-                cache=self.req.cache,
-                idempotent=self.durable,
-            ),
-            timeout=timeout,
+        return await run_round(
+            rnd,
+            wf,
+            finished=self.state.current.steps,
+            previous_answer=self.state.answer if rnd > 0 else None,
+            caller=self.steps,
+            halt=self._halt,
+            step_done=self._step_done,
         )
-        reply = _answering(reply, worker.name)
-        metrics.step_finished(worker.name, reply.error, time.monotonic() - started)
-        self.meter.add(reply.usage)
-        await self.emit(
-            ProgressEvent(
-                task_id=self.state.task_id,
-                kind="step_done",
-                round=rnd,
-                step=i,
-                worker=worker.name,
-                subtask=wf.subtasks[i],
-                response_preview=reply.text[:200],
-                usage=reply.usage,
-                error=reply.error,
-            )
-        )
-        return _step_record(i, wf, worker.name, reply)
 
-    def _answer_format(self, i: int, wf: Workflow) -> str | None:
-        """The step's answer-format instruction: the pool's choice for the task's domain (conductor/answer_format.py)."""
-        final = i == len(wf) - 1
-        return self.ex.pool.answer_format.for_step(
-            self.req.domain, self.req.question, wf.subtasks[i], final=final
-        )
+    async def _step_done(self, record: StepRecord) -> None:
+        self.state.add_step(record)
+        await self.save()
 
     async def _verify(self) -> Verdict | ErrorInfo | None:
-        """The verdict on the standing answer; None when there is no reference or no answer (no workflow ran to
-        completion); the typed retryable error when the verifier stayed down (services/executor/verifying.py)."""
-        req, task_id, answer = self.req, self.state.task_id, self.state.answer
-        if req.reference is None or answer is None:
-            return None
-        batch = VerifyBatch(
-            items=[
-                VerifyRequest(
-                    id=task_id,
-                    response=answer,
-                    reference=as_reference(req.reference, req.domain),
-                    question=req.question,
-                    domain=req.domain,
-                )
-            ]
+        """The verdict on the standing answer (services/executor/verifying.py ``task_verdict``)."""
+        return await task_verdict(
+            self.ex.transport, self.ex.settings, self.state.task_id, self.req, self.state.answer
         )
-        result = await verify(
-            self.ex.transport, batch, timeout=self.ex.settings.verify_timeout_s, calls=self.ex.settings.calls
-        )
-        if isinstance(result, ErrorInfo):
-            return result
-        if result.error is not None or len(result.verdicts) != 1:
-            err = result.error or ErrorInfo(
-                code=ErrorCode.VERIFIER_ERROR, message="verifier returned no verdict"
-            )
-            return Verdict(id=task_id, outcome=Outcome.ERROR, reason=err.message, error=err)
-        return result.verdicts[0]
 
 
 def _budget_spent(rounds: Sequence[RoundRecord]) -> Usage:
     summary = usage_summary(rounds)
     return msgspec.structs.replace(summary.total, calls=summary.total.calls - summary.planner.calls)
-
-
-def _best_so_far(steps: list[StepRecord]) -> str | None:
-    """When a round stops early, the latest completed step's response is the best answer it produced."""
-    done = [s for s in steps if s.error is None and s.response]
-    return done[-1].response if done else None
 
 
 def _budget_error(reason: str) -> ErrorInfo:
@@ -612,50 +487,4 @@ def _round_record(rnd: int, plan: PlanReply) -> RoundRecord:
         error=plan.error,
         rejected=plan.rejected,
         policy_error=plan.policy_error,
-    )
-
-
-def _answering(reply: WorkReply, worker: str) -> WorkReply:
-    """``reply`` if it answers a call to ``worker``. A reply naming another worker (misrouted, or forged by another
-    client on the bus) is not believed: the step fails with a retryable ``worker_error`` (a durable task is
-    redelivered and the call made again), and none of the reply's text or usage is kept. Error replies may name no
-    worker (a responder that could not decode the request answers with an empty name) and are kept as they are."""
-    if reply.error is not None or reply.worker == worker:
-        return reply
-    log.warning("worker reply for another worker refused", asked=worker, answered=reply.worker)
-    error = ErrorInfo(
-        code=ErrorCode.WORKER_ERROR,
-        message=f"a reply in the name of worker {reply.worker!r} answered a call to {worker!r}; not believed",
-        field="worker",
-        retryable=True,
-    )
-    return WorkReply(worker=worker, error=error)
-
-
-def _step_record(i: int, wf: Workflow, worker: str, reply: WorkReply) -> StepRecord:
-    return StepRecord(
-        index=i,
-        model_id=wf.model_id[i],
-        worker=worker,
-        subtask=wf.subtasks[i],
-        access=wf.access_list[i],
-        response=reply.text,
-        usage=reply.usage,
-        latency_s=reply.latency_s,
-        cached=reply.cached,
-        error=reply.error,
-    )
-
-
-def _skipped(i: int, wf: Workflow, workers: Sequence[WorkerSpec]) -> StepRecord:
-    return StepRecord(
-        index=i,
-        model_id=wf.model_id[i],
-        worker=workers[wf.model_id[i]].name,
-        subtask=wf.subtasks[i],
-        access=wf.access_list[i],
-        error=ErrorInfo(
-            code=ErrorCode.SKIPPED,
-            message="step not run: an earlier step failed, the budget ran out or the task was stopped",
-        ),
     )

@@ -22,8 +22,17 @@ import structlog
 
 from conductor.liveness import current_deadline, remaining_s
 from schemas.errors import ErrorCode, ErrorInfo
-from schemas.verify import VerifyBatch, VerifyBatchResult
-from services.executor.config import CallSettings
+from schemas.solve import SolveRequest
+from schemas.verify import (
+    Outcome,
+    Reference,
+    TextReference,
+    Verdict,
+    VerifyBatch,
+    VerifyBatchResult,
+    VerifyRequest,
+)
+from services.executor.config import CallSettings, ExecutorSettings
 from services.executor.transport import Transport
 
 log = structlog.get_logger("conductor.executor.verify")
@@ -87,3 +96,38 @@ async def verify(
         log.info("verifier failed transiently; trying again", tries=tries, pause_s=pause, error=error.message)
         await asyncio.sleep(pause)
         pause = min(pause * 2, calls.retry_max_s)
+
+
+def as_reference(ref: str | Reference, domain: str | None) -> Reference:
+    """A request's reference as the verifier takes it: a bare string is graded as its domain's kind of answer."""
+    if not isinstance(ref, str):
+        return ref
+    kind = {"math": "math", "mcq": "mcq"}.get(domain or "", "auto")
+    return TextReference(answer=ref, kind=kind)  # type: ignore[arg-type]
+
+
+async def task_verdict(
+    transport: Transport, settings: ExecutorSettings, task_id: str, req: SolveRequest, answer: str | None
+) -> Verdict | ErrorInfo | None:
+    """The verdict on a task's standing answer; None when there is no reference or no answer (no workflow ran to
+    completion); the typed retryable error when the verifier stayed down."""
+    if req.reference is None or answer is None:
+        return None
+    batch = VerifyBatch(
+        items=[
+            VerifyRequest(
+                id=task_id,
+                response=answer,
+                reference=as_reference(req.reference, req.domain),
+                question=req.question,
+                domain=req.domain,
+            )
+        ]
+    )
+    result = await verify(transport, batch, timeout=settings.verify_timeout_s, calls=settings.calls)
+    if isinstance(result, ErrorInfo):
+        return result
+    if result.error is not None or len(result.verdicts) != 1:
+        err = result.error or ErrorInfo(code=ErrorCode.VERIFIER_ERROR, message="verifier returned no verdict")
+        return Verdict(id=task_id, outcome=Outcome.ERROR, reason=err.message, error=err)
+    return result.verdicts[0]

@@ -1,0 +1,220 @@
+"""Run one round's workflow: each step starts as soon as every step it may see has finished, one worker call a step.
+
+Steps run in workflow order semantically, so independent steps (access ``[]``) overlap in time without changing any
+worker's inputs. The first failed step stops the round: the steps after it that have not started are recorded as
+skipped, and so is every step that would start once no further paid call may (``halt``: a cancel, a spent budget,
+an expired deadline). A worker's reply is believed only if it answers the worker asked (``_answering``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import structlog
+from opentelemetry.trace import StatusCode
+
+from conductor import metrics, tracing
+from conductor.pool import Pool, WorkerSpec
+from schemas.errors import ErrorCode, ErrorInfo
+from schemas.plan import Workflow
+from schemas.solve import ProgressEvent, SolveRequest, StepRecord
+from schemas.work import WorkReply, WorkRequest
+from services.executor.budget import BudgetMeter
+from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
+from services.executor.transport import Transport
+
+log = structlog.get_logger("conductor.executor")
+
+
+class RoundOutcome:
+    """The result of running one workflow: its step records, its final response or the error that stopped it."""
+
+    def __init__(self, steps: list[StepRecord], answer: str | None, error: ErrorInfo | None) -> None:
+        self.steps = steps
+        self.answer = answer
+        self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class StepCaller:
+    """One task's worker calls: ``call_id`` keys them in the worker-call ledger (idempotent when ``durable``), each
+    call's usage goes to ``meter`` and its ``step_done`` event to ``emit``."""
+
+    transport: Transport
+    pool: Pool
+    req: SolveRequest
+    workers: Sequence[WorkerSpec]
+    task_id: str
+    call_id: str
+    durable: bool
+    work_timeout_s: float
+    meter: BudgetMeter
+    emit: Callable[[ProgressEvent], Awaitable[None]]
+
+    async def call(self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]]) -> StepRecord:
+        worker = self.workers[wf.model_id[i]]
+        step = {"conductor.round": rnd, "conductor.step": i, "conductor.worker": worker.name}
+        with tracing.span(f"step {rnd}.{i}", attributes=step) as span:
+            record = await self._call(rnd, i, wf, history, worker)
+            if span is not None and record.error is not None:
+                span.set_status(StatusCode.ERROR, record.error.code)
+            return record
+
+    async def _call(
+        self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]], worker: WorkerSpec
+    ) -> StepRecord:
+        timeout = self.work_timeout_s
+        remaining = self.meter.remaining_wall()
+        if remaining is not None:
+            timeout = min(timeout, max(remaining, 0.001))
+        started = time.monotonic()
+        reply = await self.transport.work(
+            WorkRequest(
+                worker=worker.name,
+                messages=build_messages(
+                    self.req.question, wf.subtasks[i], history, answer_format=self._answer_format(i, wf)
+                ),
+                task_id=self.call_id,
+                round=rnd,
+                step=i,
+                cache=self.req.cache,
+                idempotent=self.durable,
+            ),
+            timeout=timeout,
+        )
+        reply = _answering(reply, worker.name)
+        metrics.step_finished(worker.name, reply.error, time.monotonic() - started)
+        self.meter.add(reply.usage)
+        await self.emit(
+            ProgressEvent(
+                task_id=self.task_id,
+                kind="step_done",
+                round=rnd,
+                step=i,
+                worker=worker.name,
+                subtask=wf.subtasks[i],
+                response_preview=reply.text[:200],
+                usage=reply.usage,
+                error=reply.error,
+            )
+        )
+        return _step_record(i, wf, worker.name, reply)
+
+    def _answer_format(self, i: int, wf: Workflow) -> str | None:
+        """The step's answer-format instruction: the pool's choice for the task's domain (conductor/answer_format.py)."""
+        final = i == len(wf) - 1
+        return self.pool.answer_format.for_step(
+            self.req.domain, self.req.question, wf.subtasks[i], final=final
+        )
+
+
+async def run_round(
+    rnd: int,
+    wf: Workflow,
+    *,
+    finished: Sequence[StepRecord],
+    previous_answer: str | None,
+    caller: StepCaller,
+    halt: Callable[[], ErrorInfo | None],
+    step_done: Callable[[StepRecord], Awaitable[None]],
+) -> RoundOutcome:
+    """Run ``wf``'s steps but those ``finished`` before a restart (not run again). A step whose access is ``all``
+    sees ``previous_answer`` (the earlier round's) first; each successful step is handed to ``step_done``."""
+    n = len(wf)
+    loop = asyncio.get_running_loop()
+    done: list[asyncio.Future[StepRecord]] = [loop.create_future() for _ in range(n)]
+    for rec in finished:
+        done[rec.index].set_result(rec)
+    stop = asyncio.Event()
+    stop_error: list[ErrorInfo] = []
+
+    async def run_step(i: int) -> None:
+        if done[i].done():
+            return
+        records = [await done[j] for j in granted_steps(i, wf.access_list[i])]
+        if stop.is_set() or any(r.error is not None for r in records):
+            done[i].set_result(_skipped(i, wf, caller.workers))
+            return
+        if (stopped := halt()) is not None:
+            stop_error.append(stopped)
+            stop.set()
+            done[i].set_result(_skipped(i, wf, caller.workers))
+            return
+        history = [(r.subtask, r.response) for r in records]
+        if previous_answer is not None and wf.access_list[i] == "all":
+            history.insert(0, (PREVIOUS_ROUND_SUBTASK, previous_answer))
+        record = await caller.call(rnd, i, wf, history)
+        if record.error is not None:
+            if not stop.is_set():
+                stop_error.append(record.error)
+                stop.set()
+            done[i].set_result(record)
+            return
+        done[i].set_result(record)
+        await step_done(record)
+
+    tasks = [asyncio.create_task(run_step(i)) for i in range(n)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+    steps = [f.result() for f in done]
+    if stop_error:
+        return RoundOutcome(steps, None, stop_error[0])
+    return RoundOutcome(steps, steps[-1].response, None)
+
+
+def best_so_far(steps: list[StepRecord]) -> str | None:
+    """When a round stops early, the latest completed step's response is the best answer it produced."""
+    done = [s for s in steps if s.error is None and s.response]
+    return done[-1].response if done else None
+
+
+def _answering(reply: WorkReply, worker: str) -> WorkReply:
+    """``reply`` if it answers a call to ``worker``. A reply naming another worker (misrouted, or forged by another
+    client on the bus) is not believed: the step fails with a retryable ``worker_error`` (a durable task is
+    redelivered and the call made again), and none of the reply's text or usage is kept. Error replies may name no
+    worker (a responder that could not decode the request answers with an empty name) and are kept as they are."""
+    if reply.error is not None or reply.worker == worker:
+        return reply
+    log.warning("worker reply for another worker refused", asked=worker, answered=reply.worker)
+    error = ErrorInfo(
+        code=ErrorCode.WORKER_ERROR,
+        message=f"a reply in the name of worker {reply.worker!r} answered a call to {worker!r}; not believed",
+        field="worker",
+        retryable=True,
+    )
+    return WorkReply(worker=worker, error=error)
+
+
+def _step_record(i: int, wf: Workflow, worker: str, reply: WorkReply) -> StepRecord:
+    return StepRecord(
+        index=i,
+        model_id=wf.model_id[i],
+        worker=worker,
+        subtask=wf.subtasks[i],
+        access=wf.access_list[i],
+        response=reply.text,
+        usage=reply.usage,
+        latency_s=reply.latency_s,
+        cached=reply.cached,
+        error=reply.error,
+    )
+
+
+def _skipped(i: int, wf: Workflow, workers: Sequence[WorkerSpec]) -> StepRecord:
+    return StepRecord(
+        index=i,
+        model_id=wf.model_id[i],
+        worker=workers[wf.model_id[i]].name,
+        subtask=wf.subtasks[i],
+        access=wf.access_list[i],
+        error=ErrorInfo(
+            code=ErrorCode.SKIPPED,
+            message="step not run: an earlier step failed, the budget ran out or the task was stopped",
+        ),
+    )
