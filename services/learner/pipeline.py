@@ -14,6 +14,8 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from conductor.prompt import view_fingerprint, worker_fingerprint
 from schemas.learner import PolicyCard
 from services.learner import cascade, coldstart, evaluate, policy, search
 from services.learner.config import LearnerConfig
-from services.learner.episodes import view_workers
+from services.learner.episodes import Episode, view_workers
 from services.learner.export import export_adapter, load_with_adapter
 from services.learner.grpo import last_checkpoint, trainer
 from services.learner.recursion import RecursionBuffer
@@ -94,112 +96,179 @@ def _run(
         raise RunExistsError(
             f"{out} holds a run (stages {list(stages.done)}); pass --resume or another output.dir"
         )
-    note = progress or (lambda *_: None)
-    mix, pool = shares(config, "train"), load_run_pool(config)
-    train = [p for share in mix for p in share.problems]
-    probe = evaluate.fixed_episodes(held_out(config)[: config.cold_start.parse_probe], pool, config, "probe")
-    eval_eps = evaluate.fixed_episodes(held_out(config), pool, config, "eval")
-    reward = ConductorReward(score, config)
-    grammar = _grammar(config)
+    r = _Run.open(config, score, out, stages, progress)
+    model_path = r.measured("base", policy.prepare_base(config, r.train))
+    model_path = r.cold_start(model_path, matrix)
+    r.measured("before_grpo", model_path, rewards=True)
+    if config.grpo.steps and "grpo" not in stages.done:
+        grpo_stage(config, model_path, r.mix, r.pool, r.reward, r.out, resume=resume, note=r.note)
+        stages.record("grpo", {"policy": str(r.out / "policy")})
+    if "grpo" in stages.done:
+        r.measured("after_grpo", r.out / "policy", rewards=True)
+    final = None  # the policy to export: GRPO's, or the last supervised stage's in a run without GRPO
+    if "grpo" in stages.done:
+        final = r.out / "policy"
+    elif not config.grpo.steps:
+        final = model_path
+    if final is not None and config.output.adapter_rank and "adapter" not in stages.done:
+        r.export(final)
+    _report(r.out)
+    return stages.done
+
+
+@dataclass
+class _Run:
+    """What every stage of one run reads: its directory and stages, the training mix and pool, the fixed probe and
+    held-out episodes each stage is measured on, the reward and the decoding grammar."""
+
+    config: LearnerConfig
+    out: Path
+    stages: Stages
+    note: Progress
+    mix: list[Share]
+    pool: Pool
+    train: list[Problem]
+    probe: list[Episode]
+    eval_eps: list[Episode]
+    reward: ConductorReward
+    grammar: Any
+
+    @classmethod
+    def open(
+        cls, config: LearnerConfig, score: Scorer, out: Path, stages: Stages, progress: Progress | None
+    ) -> _Run:
+        mix, pool = shares(config, "train"), load_run_pool(config)
+        return cls(
+            config=config,
+            out=out,
+            stages=stages,
+            note=progress or (lambda *_: None),
+            mix=mix,
+            pool=pool,
+            train=[p for share in mix for p in share.problems],
+            probe=evaluate.fixed_episodes(
+                held_out(config)[: config.cold_start.parse_probe], pool, config, "probe"
+            ),
+            eval_eps=evaluate.fixed_episodes(held_out(config), pool, config, "eval"),
+            reward=ConductorReward(score, config),
+            grammar=_grammar(config),
+        )
 
     def measured(
-        name: str, path: Path, extra: dict[str, Any] | None = None, *, rewards: bool = False
+        self, name: str, path: Path, extra: dict[str, Any] | None = None, *, rewards: bool = False
     ) -> Path:
-        if name not in stages.done:
+        """``path``'s parse rate (and held-out reward) recorded as stage ``name``, unless it was already."""
+        if name not in self.stages.done:
             model, tok = policy.load(path)
             figures = {
-                "parse_rate": evaluate.parse_rate(model, tok, probe, pool, config, grammar),
+                "parse_rate": evaluate.parse_rate(
+                    model, tok, self.probe, self.pool, self.config, self.grammar
+                ),
                 **(extra or {}),
             }
             if rewards:
-                figures["held_out"] = evaluate.held_out_reward(model, tok, eval_eps, pool, config, reward)
-            note(name, 1, 1, stages.record(name, figures))
+                figures["held_out"] = evaluate.held_out_reward(
+                    model, tok, self.eval_eps, self.pool, self.config, self.reward
+                )
+            self.note(name, 1, 1, self.stages.record(name, figures))
         return path
 
-    model_path = measured("base", policy.prepare_base(config, train))
-    c = config.cold_start
-    if c.cascade is not None:
-        if "cascade" not in stages.done:
-            note("cascade", 0, 1, {})
-            rows, figures = _cascade_rows(config, train, pool, reward, out / "cascade_rows.json", matrix)
+    def cold_start(self, model_path: Path, matrix: MatrixSource | None) -> Path:
+        """The supervised stages the config asks for, in order, each from the previous one's model."""
+        config, c, out = self.config, self.config.cold_start, self.out
+        if c.cascade is not None:
+            rows = partial(
+                _cascade_rows, config, self.train, self.pool, self.reward, out / "cascade_rows.json", matrix
+            )
+            model_path = self._supervised("cascade", model_path, rows, c.cascade.epochs)
+        if c.search:
+            rows = partial(_search_rows, config, self.train, self.pool, self.reward, out / "search_rows.json")
+            model_path = self._supervised("search", model_path, rows, c.search_epochs)
+        if c.sft:
+            model_path = self._supervised("sft", model_path, self._synthetic_rows, c.sft_epochs)
+        if c.rejection:
+            for r in range(1, c.rejection_rounds + 1):
+                model_path = self._rejection(r, model_path)
+        return model_path
+
+    def _synthetic_rows(self) -> tuple[list[dict[str, Any]], None]:
+        """The sft stage's rows: written from the pool's cards, no figures of their own."""
+        c = self.config.cold_start
+        return coldstart.synthetic_rows(
+            self.train, self.pool, self.config, c.sft_examples, seed=self.config.model.seed
+        ), None
+
+    def _supervised(
+        self,
+        name: str,
+        model_path: Path,
+        rows: Callable[[], tuple[list[dict[str, Any]], dict[str, Any] | None]],
+        epochs: int,
+    ) -> Path:
+        """SFT on the rows ``rows`` makes (and the figures it measured), then measured; its model is the next's."""
+        if name not in self.stages.done:
+            self.note(name, 0, 1, {})
+            made, figures = rows()
             coldstart.sft(
-                config,
+                self.config,
                 model_path,
-                rows,
-                out / "cascade",
-                epochs=c.cascade.epochs,
-                callbacks=[_progress("cascade", note)],
+                made,
+                self.out / name,
+                epochs=epochs,
+                callbacks=[_progress(name, self.note)],
             )
-            measured("cascade", out / "cascade", figures)
-        model_path = out / "cascade"
-    if c.search:
-        if "search" not in stages.done:
-            note("search", 0, 1, {})
-            rows, figures = _search_rows(config, train, pool, reward, out / "search_rows.json")
-            coldstart.sft(
-                config,
-                model_path,
-                rows,
-                out / "search",
-                epochs=c.search_epochs,
-                callbacks=[_progress("search", note)],
+            self.measured(name, self.out / name, figures)
+        return self.out / name
+
+    def _rejection(self, r: int, model_path: Path) -> Path:
+        """Rejection-sampling round ``r``: SFT on the policy's own rewarded samples; a round that kept no sample
+        leaves the model as it was."""
+        c, name = self.config.cold_start, "rejection" if r == 1 else f"rejection_{r}"
+        if name not in self.stages.done:
+            self.note(name, 0, 1, {})
+            model, tok = policy.load(model_path)
+            rows, figures = coldstart.rejection_rows(
+                model,
+                tok,
+                self.train,
+                self.pool,
+                self.config,
+                self.reward,
+                logits_processor=self.grammar,
+                round_=r,
             )
-            measured("search", out / "search", figures)
-        model_path = out / "search"
-    if c.sft:
-        if "sft" not in stages.done:
-            note("sft", 0, 1, {})
-            rows = coldstart.synthetic_rows(train, pool, config, c.sft_examples, seed=config.model.seed)
-            coldstart.sft(
-                config, model_path, rows, out / "sft", epochs=c.sft_epochs, callbacks=[_progress("sft", note)]
-            )
-        model_path = measured("sft", out / "sft")
-    if c.rejection:
-        for r in range(1, c.rejection_rounds + 1):
-            name = "rejection" if r == 1 else f"rejection_{r}"
-            if name not in stages.done:
-                note(name, 0, 1, {})
-                model, tok = policy.load(model_path)
-                rows, figures = coldstart.rejection_rows(
-                    model, tok, train, pool, config, reward, logits_processor=grammar, round_=r
+            del model
+            if rows:
+                coldstart.sft(
+                    self.config,
+                    model_path,
+                    rows,
+                    self.out / name,
+                    epochs=c.rejection_epochs,
+                    callbacks=[_progress(name, self.note)],
                 )
-                del model
-                if rows:
-                    coldstart.sft(
-                        config,
-                        model_path,
-                        rows,
-                        out / name,
-                        epochs=c.rejection_epochs,
-                        callbacks=[_progress(name, note)],
-                    )
-                measured(name, out / name if rows else model_path, figures, rewards=True)
-            model_path = out / name if (out / name).is_dir() else model_path
-    measured("before_grpo", model_path, rewards=True)
-    if config.grpo.steps and "grpo" not in stages.done:
-        grpo_stage(config, model_path, mix, pool, reward, out, resume=resume, note=note)
-        stages.record("grpo", {"policy": str(out / "policy")})
-    if "grpo" in stages.done:
-        measured("after_grpo", out / "policy", rewards=True)
-    final = None  # the policy to export: GRPO's, or the last supervised stage's in a run without GRPO
-    if "grpo" in stages.done:
-        final = out / "policy"
-    elif not config.grpo.steps:
-        final = model_path
-    if final is not None:
-        if config.output.adapter_rank and "adapter" not in stages.done:
-            note("adapter", 0, 1, {})
-            base = Path(config.output.adapter_base) if config.output.adapter_base else config.model_dir()
-            figures = export_adapter(
-                base, final, out / "adapter", rank=config.output.adapter_rank, card=policy_card(config, pool)
-            )
-            model = load_with_adapter(base, out / "adapter")
-            tok = policy.load_tokenizer(final)
-            figures["parse_rate"] = evaluate.parse_rate(model, tok, probe, pool, config, grammar)
-            figures["held_out"] = evaluate.held_out_reward(model, tok, eval_eps, pool, config, reward)
-            note("adapter", 1, 1, stages.record("adapter", figures))
-    _report(out)
-    return stages.done
+            self.measured(name, self.out / name if rows else model_path, figures, rewards=True)
+        return self.out / name if (self.out / name).is_dir() else model_path
+
+    def export(self, final: Path) -> None:
+        """``final`` as a LoRA adapter on the base, measured as stage ``adapter``."""
+        config = self.config
+        self.note("adapter", 0, 1, {})
+        base = Path(config.output.adapter_base) if config.output.adapter_base else config.model_dir()
+        figures = export_adapter(
+            base,
+            final,
+            self.out / "adapter",
+            rank=config.output.adapter_rank,
+            card=policy_card(config, self.pool),
+        )
+        model = load_with_adapter(base, self.out / "adapter")
+        tok = policy.load_tokenizer(final)
+        figures["parse_rate"] = evaluate.parse_rate(model, tok, self.probe, self.pool, config, self.grammar)
+        figures["held_out"] = evaluate.held_out_reward(
+            model, tok, self.eval_eps, self.pool, config, self.reward
+        )
+        self.note("adapter", 1, 1, self.stages.record("adapter", figures))
 
 
 def policy_card(config: LearnerConfig, pool: Pool) -> PolicyCard:
