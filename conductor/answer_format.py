@@ -64,7 +64,7 @@ FAMILY_OF_DOMAIN: dict[str, str] = {
 }
 FAMILIES = ("math", "mcq", "code", "general")
 
-# Wording measured with SmolLM2-135M on vLLM (scripts/vllm/measure_formats.py; figures in the README): no example
+# Wording measured with SmolLM2-135M on vLLM (scripts/vllm/measure_formats.py; figures in docs/results.md): no example
 # value ("for example \\boxed{42}" was copied verbatim as the answer) and no placeholder letter ("Answer: X" came
 # back as "X").
 DEFAULT_FORMATS: dict[str, DomainFormat] = {

@@ -79,7 +79,7 @@ call too cheap to tell apart from free). A linear term prices a dollar the same 
 weight then prefers both a specialist checking once on the full pool (its third call: +0.0115 reward for
 +$0.00028, worth it below 41/$) and the frontier model checking twice on a pool without a specialist (+0.0225 for
 +$0.0024, worth it below 9.4/$). A log term prices spend relative to what the view already costs: weights between
-0.021 and 0.032 prefer both (README, issue 18)."""
+0.021 and 0.032 prefer both (docs/history/issue-18.md)."""
 
 
 def cost_term(cost_usd: float, weight: float, form: str = "linear", floor_usd: float = 1e-5) -> float:

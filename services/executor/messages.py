@@ -1,4 +1,4 @@
-"""How a step's worker sees the conversation: the message template (docs/method.md §2, ours, documented in README).
+"""How a step's worker sees the conversation: its message template (docs/method.md §2, ours).
 
 - No history granted: one user turn, ``question + "\\n\\n" + subtask``.
 - History granted: the granted (subtask, response) pairs, in step order, become alternating user/assistant turns.

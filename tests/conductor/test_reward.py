@@ -62,7 +62,8 @@ def test_the_log_cost_term_prices_spend_relative_to_a_floor() -> None:
         cost_term(1.0, 1.0, "square")
 
 
-# Measured on the sim pool (README, issue 18): (accuracy, $ a question) of the chains a Conductor chooses between.
+# Measured on the sim pool (docs/history/issue-18.md): (accuracy, $ a question) of the chains a Conductor
+# chooses between.
 FULL = {"alone": (0.880, 0.00016), "x2": (0.936, 0.00038), "x3": (0.959, 0.00066)}  # the domain's specialist
 NO_SPECIALIST = {"alone": (0.70, 0.0018), "x2": (0.80, 0.0040), "x3": (0.844, 0.0064)}  # the frontier model
 

@@ -225,9 +225,10 @@ def test_the_held_out_specialist_share_counts_the_views_that_show_the_specialist
 
 
 def test_the_stage_2c_tolerance_sits_between_the_two_gaps_it_must_tell_apart():
-    """Measured through the rollout path (README, stage 2c): a third call adds 0.0115 reward for the full pool's
-    specialist and 0.0225 for the frontier model on a view without a specialist. The preset's tolerance keeps the
-    specialist's two steps and the frontier's three, each with a margin of at least 0.005 reward."""
+    """Measured through the rollout path (docs/history/issue-18.md, stage 2c): a third call adds 0.0115 reward for
+    the full pool's specialist and 0.0225 for the frontier model on a view without a specialist. The preset's
+    tolerance keeps the specialist's two steps and the frontier's three, each with a margin of at least 0.005
+    reward."""
     config = load_config(PRESET.with_name("smollm2-views3.toml"))
     tol = config.cold_start.search_tolerance
     n = 1000

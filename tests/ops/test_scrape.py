@@ -1,6 +1,6 @@
 """The services' metrics scraped for real: Debian's Prometheus scrapes `conductor serve` processes (the helpers and
 the executor, each on its own metrics port, labelled like the chart's ServiceMonitor targets) while a short workload
-runs on a fault-injecting pool; then every metric the README documents is a series with its documented labels, every
+runs on a fault-injecting pool; then every metric docs/deployment.md documents is a series with its documented labels, every
 dashboard panel's query returns data, and the chart's alert rules evaluate without error on the real series."""
 
 from __future__ import annotations
@@ -209,8 +209,8 @@ def _total(port: int, name: str) -> float:
 
 
 def documented() -> dict[str, frozenset[str] | None]:
-    """The metrics the README's operations section lists → their labels as written (None: none written)."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The metrics docs/deployment.md lists → their labels as written (None: none written)."""
+    readme = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
     section = readme[readme.index("Metrics (`conductor/metrics.py`)") :]
     section = section[: section.index("plus process metrics")]
     section = section.replace(
@@ -222,11 +222,11 @@ def documented() -> dict[str, frozenset[str] | None]:
     return out
 
 
-def test_readme_lists_only_exported_metrics_with_their_labels():
+def test_the_docs_list_only_exported_metrics_with_their_labels():
     ours = exported()
     for name, labels in documented().items():
         series = name if name in ours else f"{name}_bucket"
-        assert series in ours, f"the README documents {name}, which nothing exports"
+        assert series in ours, f"docs/deployment.md documents {name}, which nothing exports"
         if labels is not None:
             assert ours[series] - {"le"} == labels, name
 
