@@ -8,26 +8,79 @@ import asyncio
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import msgspec
 from rich.console import Console
 
 from conductor.settings import DEFAULT_METRICS_PORT, CommonSettings, SettingsError
 
+if TYPE_CHECKING:
+    from conductor.app.process import ProcessSettings
+    from conductor.natsserver import NatsServer
+    from conductor.service import Service
+
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from conductor.app.process import ProcessSettings, loop_name, run, settle_gc
-    from conductor.app.runtime import UnknownServiceError, create_services, running, service_names
-    from conductor.credentials import redacted
+    from conductor import tracing
+    from conductor.app.process import run
+    from conductor.app.runtime import UnknownServiceError
     from conductor.natsserver import NatsServer, reachable
     from services.gateway.keys import KeysFileError
 
-    env = dict(os.environ)
-    if args.pool:
-        env["CONDUCTOR_POOL"] = args.pool
     try:
+        plan = _ServePlan.checked(args)
+    except (UnknownServiceError, SettingsError, KeysFileError) as exc:
+        print(f"conductor serve: {exc}", file=sys.stderr)
+        return 2
+    if plan.which is not None:  # said once the checks passed: a refusal stays one line
+        print(f"conductor serve: {plan.which}", file=sys.stderr)
+    env, server = plan.env, None
+    if args.embedded_nats and not reachable(CommonSettings.from_env(env).nats_url):
+        common = CommonSettings.from_env(env)  # a NATS user per service and tenant (conductor/access.py)
+        server = NatsServer.secured(prefix=common.subject_prefix, tenants=common.tenants).start()
+        env |= server.env()
+    settings = CommonSettings.from_env(env)
+    try:
+        tracing.configure(tracing.TracingSettings.from_env(env), service="+".join(plan.names))
+    except tracing.TracingError as exc:
+        print(f"conductor serve: {exc}", file=sys.stderr)
+        return 2
+    # `serve` exposes /metrics and the probes by default; a port chosen explicitly must be free, the default
+    # need not be (several local `serve` processes), see conductor/probes.py.
+    port_chosen = "CONDUCTOR_METRICS_PORT" in env
+    if not port_chosen:
+        settings = msgspec.structs.replace(settings, metrics_port=DEFAULT_METRICS_PORT)
+    try:
+        run(_serve_until_stopped(plan, settings, server, strict_metrics_port=port_chosen), plan.process)
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _ServePlan:
+    """What `conductor serve` runs, every setting checked before anything starts: the services, the environment
+    they read (the resolved Conductor's included), the process settings, and the line saying which Conductor."""
+
+    names: list[str]
+    env: dict[str, str]
+    which: str | None
+    process: ProcessSettings
+    loop_kind: str
+    services: list[Service]
+
+    @classmethod
+    def checked(cls, args: argparse.Namespace) -> _ServePlan:
+        from conductor.app.process import ProcessSettings, loop_name
+        from conductor.app.runtime import create_services, service_names
+
+        env = dict(os.environ)
+        if args.pool:
+            env["CONDUCTOR_POOL"] = args.pool
         names = service_names(args.service)
         which = None
         if "planner" in names:  # the registered Conductor for the pool, where it can run (docs/policies.md)
@@ -37,77 +90,62 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             env, which = resolution.env, resolution.line
         process = ProcessSettings.from_env(env)
         loop_kind = loop_name(process)
-        services = create_services(names, env)  # every setting checked before anything starts
-    except (UnknownServiceError, SettingsError, KeysFileError) as exc:
-        print(f"conductor serve: {exc}", file=sys.stderr)
-        return 2
-    if which is not None:  # said once the checks passed: a refusal stays one line
-        print(f"conductor serve: {which}", file=sys.stderr)
-    server = None
-    if args.embedded_nats and not reachable(CommonSettings.from_env(env).nats_url):
-        common = CommonSettings.from_env(env)  # a NATS user per service and tenant (conductor/access.py)
-        server = NatsServer.secured(prefix=common.subject_prefix, tenants=common.tenants).start()
-        env |= server.env()
-    settings = CommonSettings.from_env(env)
-    from conductor import tracing
+        services = create_services(names, env)
+        return cls(names=names, env=env, which=which, process=process, loop_kind=loop_kind, services=services)
 
+
+async def _serve_until_stopped(
+    plan: _ServePlan, settings: CommonSettings, server: NatsServer | None, *, strict_metrics_port: bool
+) -> None:
+    """Run the services until SIGINT or SIGTERM; SIGUSR1 prints where every task waits (``dump_tasks``)."""
+    from conductor.app.process import settle_gc
+    from conductor.app.runtime import running
+
+    stop, started = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+
+    def on_signal() -> None:  # still starting (NATS unreachable, say): nothing to drain, stop waiting now
+        if not stop.is_set() and not started.is_set() and task is not None:
+            task.cancel()
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)  # `kill -USR1 PID`: where is everything waiting?
+    name = "+".join(plan.names)
     try:
-        tracing.configure(tracing.TracingSettings.from_env(env), service="+".join(names))
-    except tracing.TracingError as exc:
-        print(f"conductor serve: {exc}", file=sys.stderr)
-        return 2
-    # `serve` exposes /metrics and the probes by default; a port chosen explicitly must be free, the default
-    # need not be (several local `serve` processes), see conductor/probes.py.
-    port_chosen = "CONDUCTOR_METRICS_PORT" in env
-    if not port_chosen:
-        settings = msgspec.structs.replace(settings, metrics_port=DEFAULT_METRICS_PORT)
+        async with running(plan.services, settings, name=name, strict_metrics_port=strict_metrics_port):
+            started.set()
+            collector = settle_gc(plan.process)
+            _say_serving(plan, settings, server)
+            await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
+            if collector is not None:
+                collector.cancel()
+    except asyncio.CancelledError:
+        if started.is_set() or not stop.is_set():
+            raise
+        print("conductor serve: stopped before the services started", file=sys.stderr)
 
-    async def main() -> None:
-        stop, started = asyncio.Event(), asyncio.Event()
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
 
-        def on_signal() -> None:  # still starting (NATS unreachable, say): nothing to drain, stop waiting now
-            if not stop.is_set() and not started.is_set() and task is not None:
-                task.cancel()
-            stop.set()
+def _say_serving(plan: _ServePlan, settings: CommonSettings, server: NatsServer | None) -> None:
+    from conductor.credentials import redacted
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal)
-        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)  # `kill -USR1 PID`: where is everything waiting?
-        try:
-            async with running(services, settings, name="+".join(names), strict_metrics_port=port_chosen):
-                started.set()
-                collector = settle_gc(process)
-                print(
-                    f"serving {', '.join(names)} on {redacted(settings.nats_url)} ({loop_kind} loop, gc thresholds "
-                    f"{process.gc_thresholds or 'python'}); Ctrl-C to stop",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                if server is not None:  # how `conductor solve` (or any client) gets in: as the user `client`
-                    clients = " ".join(f"{k}={v}" for k, v in server.env().items())
-                    print(f"clients: {clients}", file=sys.stderr, flush=True)
-                    if settings.tenants:  # each its own namespace (docs/tenancy.md)
-                        print(
-                            f"tenants: {' '.join(settings.tenants)} (as one: CONDUCTOR_NATS_USER=<tenant>)",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                await stop.wait()  # SIGTERM: stop taking messages, finish in-flight ones, then exit
-                if collector is not None:
-                    collector.cancel()
-        except asyncio.CancelledError:
-            if started.is_set() or not stop.is_set():
-                raise
-            print("conductor serve: stopped before the services started", file=sys.stderr)
-
-    try:
-        run(main(), process)
-    finally:
-        if server is not None:
-            server.stop()
-    return 0
+    print(
+        f"serving {', '.join(plan.names)} on {redacted(settings.nats_url)} ({plan.loop_kind} loop, gc thresholds "
+        f"{plan.process.gc_thresholds or 'python'}); Ctrl-C to stop",
+        file=sys.stderr,
+        flush=True,
+    )
+    if server is not None:  # how `conductor solve` (or any client) gets in: as the user `client`
+        clients = " ".join(f"{k}={v}" for k, v in server.env().items())
+        print(f"clients: {clients}", file=sys.stderr, flush=True)
+        if settings.tenants:  # each its own namespace (docs/tenancy.md)
+            print(
+                f"tenants: {' '.join(settings.tenants)} (as one: CONDUCTOR_NATS_USER=<tenant>)",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def dump_tasks(file: TextIO | None = None) -> int:
@@ -370,7 +408,29 @@ def _cmd_asyncapi(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="conductor", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_demo_command(sub)
+    _add_solve_commands(sub)
+    _add_service_commands(sub)
+    from conductor.app.evaluate import add_eval_command
 
+    add_eval_command(sub)
+    from conductor.app.policies import add_policies_command
+
+    add_policies_command(sub)
+    from conductor.app.record import add_record_command
+
+    add_record_command(sub)
+    from services.verifier.cli import add_verify_command
+
+    add_verify_command(sub)
+    _add_learner_commands(sub)
+    from services.gateway.cli import add_gateway_key_command
+
+    add_gateway_key_command(sub)
+    return parser
+
+
+def _add_demo_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run everything locally and solve the bundled question set")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--rounds", type=int, default=0, help="recursion rounds after the first")
@@ -392,6 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_demo)
 
+
+def _add_solve_commands(sub: argparse._SubParsersAction) -> None:
+    """`solve` and `result`: a question in, a task's result out."""
     p = sub.add_parser("solve", help="send a question to conductor.solve and show the workflow and answer")
     p.add_argument("question")
     p.add_argument("--pool", help="comma-separated worker names (default: the whole pool)")
@@ -416,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_result)
 
+
+def _add_service_commands(sub: argparse._SubParsersAction) -> None:
+    """`serve`, `status` and the documents the services are described by (`asyncapi`, `settings`)."""
     p = sub.add_parser("serve", help="run one service, a comma-separated list, or all")
     p.add_argument(
         "service", help="executor, planner, worker-adapter, verifier, gateway, or all (every NATS service)"
@@ -440,24 +506,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("settings", help="print every setting (variable, default, bound, meaning) as Markdown")
     p.add_argument("-o", "--output")
     p.set_defaults(func=_cmd_settings)
-
-    from conductor.app.evaluate import add_eval_command
-
-    add_eval_command(sub)
-    from conductor.app.policies import add_policies_command
-
-    add_policies_command(sub)
-    from conductor.app.record import add_record_command
-
-    add_record_command(sub)
-    from services.verifier.cli import add_verify_command
-
-    add_verify_command(sub)
-    _add_learner_commands(sub)
-    from services.gateway.cli import add_gateway_key_command
-
-    add_gateway_key_command(sub)
-    return parser
 
 
 def _add_learner_commands(sub: argparse._SubParsersAction) -> None:
