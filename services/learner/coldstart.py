@@ -91,6 +91,7 @@ def sft(
         output_dir=str(work),
         num_train_epochs=epochs,
         per_device_train_batch_size=c.sft_batch_size,
+        gradient_accumulation_steps=c.sft_accumulation,
         learning_rate=c.sft_learning_rate,
         lr_scheduler_type="cosine",
         warmup_steps=0.05,

@@ -161,6 +161,9 @@ class ColdStartSection(_Section):
     sft_epochs: PositiveFloat = 1.0
     sft_learning_rate: LearningRate = 2e-4
     sft_batch_size: Positive = 8
+    # Optimizer steps take this many batches each: long prompts (a 12-worker view, a second round) fit in memory
+    # as small batches — rows x tokens x the 49k-token vocabulary's logits is what fills it.
+    sft_accumulation: Positive = 1
     sft_save_steps: Positive = (
         16  # a checkpoint every N optimizer steps of any SFT stage: a stopped run resumes it
     )
