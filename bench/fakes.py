@@ -28,8 +28,9 @@ class SkillScorer:
         return [self.one(r) for r in rollouts]
 
     def one(self, r: Rollout) -> RolloutResult:
+        view = r.solve.pool or []
         try:
-            parsed = parse_completion(r.completion, n_workers=len(r.pool), allow_empty=r.round > 0)
+            parsed = parse_completion(r.completion, n_workers=len(view), allow_empty=r.round > 0)
         except WorkflowFormatError as exc:
             info = ErrorInfo(code=ErrorCode.FORMAT_ERROR, message=str(exc))
             return RolloutResult(id=r.id, reward=0.0, parse_error=info)
@@ -37,13 +38,11 @@ class SkillScorer:
         if not len(wf):
             return RolloutResult(id=r.id, reward=0.75, parsed=True, handback=True, answer="kept")
         steps = [
-            StepRecord(
-                index=i, model_id=m, worker=r.pool[m], subtask=t, access=a, usage=Usage(cost_usd=0.001)
-            )
+            StepRecord(index=i, model_id=m, worker=view[m], subtask=t, access=a, usage=Usage(cost_usd=0.001))
             for i, (m, t, a) in enumerate(zip(wf.model_id, wf.subtasks, wf.access_list, strict=True))
         ]
         spec = self.pool.get(steps[-1].worker).sim
-        skill = spec.skill.get(r.domain or "", spec.default_skill) if spec else 0.5
+        skill = spec.skill.get(r.solve.domain or "", spec.default_skill) if spec else 0.5
         correct = self.rng.random() < skill
         return RolloutResult(
             id=r.id,

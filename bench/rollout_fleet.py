@@ -28,6 +28,7 @@ from conductor.settings import CommonSettings
 from conductor.workflow import render_completion
 from schemas.plan import Workflow
 from schemas.rollout import Rollout
+from schemas.solve import SolveRequest
 from services.learner.config import RolloutSection
 from services.learner.rollouts import RolloutClient, rollout_transport
 from tasks import sim
@@ -74,11 +75,10 @@ def sim_rollouts(n: int, *, steps: Sequence[int] = (1, 2, 3), tag: str = "r", se
         out.append(
             Rollout(
                 id=f"{tag}{i}",
-                question=p.question,
-                pool=names,
                 completion=completion,
-                reference=p.reference,
-                domain=p.domain,
+                request=SolveRequest(
+                    question=p.question, pool=names, reference=p.reference, domain=p.domain, progress=False
+                ),
                 policy_version="fleet@0",
             )
         )

@@ -11,7 +11,7 @@ Schema evolution rules (checked by the golden-payload tests in tests/schemas):
 6. Enumerated string values (error codes, outcomes) gain members only.
 """
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 """2: ``WorkReply.faults`` (failed tries by ``FaultReason``), ``SolveRequest.progress``; ``WorkRequest.idempotent``
 also landed after the v1 golden payloads.
 3: ``TaskCheckpoint.schema_version`` (stored checkpoints carry their format version, as results do) and its
@@ -43,4 +43,8 @@ instruction (``harness``, the default), is shown a user's question with that ins
 what they read (issue 34, item 2): ``SolveResult.tenant``/``key`` (written by the executor; a reader treats a result
 naming another tenant or key as absent), ``SolveRequest.key`` (the gateway's API key name, echoed),
 ``CancelRequest.tenant``; ``CancelRequest`` refuses unknown fields (an exception to rule 4: a foreign message aimed
-at a cancel subject must not decode as a cancel)."""
+at a cancel subject must not decode as a cancel).
+14: ``Rollout.request`` (issue 35, item 5): a rollout carries the ``SolveRequest`` it amounts to instead of re-declaring
+seven of its fields; ``question``, ``pool`` and ``reference`` at the top level became optional (``UNSET``), so a rollout
+is given in one form or the other, never both (refused on decode). Rollouts of schema 13 still decode and score the
+same; an executor of schema 13 refuses a rollout of schema 14 (no ``question``): upgrade the executors first."""

@@ -19,17 +19,19 @@ to a random replica whatever its load (kept for executors older than the work qu
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import msgspec
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from schemas.contract import Event, RequestReply
 from schemas.errors import ErrorInfo
 from schemas.plan import PriorRound
-from schemas.solve import Budget, NonBlank, StepRecord
+from schemas.solve import Budget, NonBlank, SolveRequest, StepRecord
 from schemas.usage import Usage
 from schemas.verify import Reference, Verdict
+
+T = TypeVar("T")
 
 ROLLOUT_SUBJECT = "conductor.rollout"
 """Request/reply: ``RolloutBatch`` in, ``RolloutBatchResult`` out. Queue group ``executor``."""
@@ -40,30 +42,109 @@ usually split over several batches so that it fans out across executor replicas.
 
 
 class Rollout(msgspec.Struct, frozen=True, kw_only=True):
-    """One sampled completion to score. ``pool`` is the view the policy saw, in its order: ordinal ``i`` in the
-    completion means ``pool[i]`` (a random k-subset of the deployment's workers, renumbered, docs/method.md §6)."""
+    """One sampled completion to score, and the solve it amounts to.
+
+    ``request`` (schema 14) is that solve: the question the policy was shown; ``pool``, the view it saw in its order
+    — ordinal ``i`` in the completion means ``request.pool[i]`` (a random k-subset of the deployment's workers,
+    renumbered, docs/method.md §6); the reference, given to the verifier only; the domain, step cap, budget and
+    cache. A rollout is one round of it (``round`` numbers the recursive call, ``previous`` the rounds it was shown)
+    whose workflow is the completion, without progress events: so the request's ``max_rounds`` is 0 and its
+    ``policy`` unset. ``solve`` is the request as the executor runs it.
+
+    Rollouts written before schema 14 carry the solve's fields at the top level instead (``question``, ``pool``,
+    ``reference``, ``domain``, ``max_steps``, ``budget``, ``cache``); they still decode (rule 3) and ``solve`` reads
+    them the same way. A rollout giving both forms, or neither, is refused on decode."""
 
     id: Annotated[str, Meta(min_length=1, max_length=256, description="The learner's id for this sample.")]
-    question: Annotated[NonBlank, Meta(description="The question the policy was shown.")]
-    pool: Annotated[
-        list[Annotated[str, Meta(min_length=1)]],
-        Meta(min_length=1, description="Worker names in the order the policy saw them, each once."),
-    ]
     completion: Annotated[str, Meta(description="The policy's completion text, scored as written.")]
-    reference: Annotated[str | Reference, Meta(description="Ground truth, given to the verifier only.")]
-    domain: str | None = None
+    request: Annotated[
+        SolveRequest | None,
+        Meta(
+            description="The solve this rollout amounts to (schema 14): its pool is the view the policy saw, in its "
+            "order, its reference goes to the verifier only; max_rounds 0, no policy."
+        ),
+    ] = None
     round: Annotated[int, Meta(ge=0, description="0 for a first call; n for the n-th recursive call.")] = 0
     previous: Annotated[
         list[PriorRound], Meta(description="Earlier rounds' completions and final responses (recursion).")
     ] = []
-    max_steps: Annotated[
-        Annotated[int, Meta(ge=1)] | None, Meta(description="Most steps allowed; unset: the deployment's.")
-    ] = None
-    budget: Budget | None = None
-    cache: Annotated[bool, Meta(description="Use the content-addressed worker-call cache.")] = False
     policy_version: Annotated[
         str, Meta(description="Recorded with the result; never changes the scoring.")
     ] = ""
+    # The schema-13 form of the solve, kept so that its rollouts still decode (absent: ``UNSET``, not encoded);
+    # none is given with ``request``.
+    question: Annotated[NonBlank, Meta(description="Schema 13 form of request.question.")] | UnsetType = UNSET
+    pool: (
+        Annotated[
+            list[Annotated[str, Meta(min_length=1)]],
+            Meta(min_length=1, description="Schema 13 form of request.pool."),
+        ]
+        | UnsetType
+    ) = UNSET
+    reference: (
+        Annotated[str | Reference, Meta(description="Schema 13 form of request.reference.")] | UnsetType
+    ) = UNSET
+    domain: Annotated[str | None, Meta(description="Schema 13 form of request.domain.")] | UnsetType = UNSET
+    max_steps: (
+        Annotated[Annotated[int, Meta(ge=1)] | None, Meta(description="Schema 13 form of request.max_steps.")]
+        | UnsetType
+    ) = UNSET
+    budget: Annotated[Budget | None, Meta(description="Schema 13 form of request.budget.")] | UnsetType = (
+        UNSET
+    )
+    cache: Annotated[bool, Meta(description="Schema 13 form of request.cache.")] | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        if (problem := _form_problem(self)) is not None:
+            raise ValueError(problem)
+
+    @property
+    def solve(self) -> SolveRequest:
+        """The solve this rollout amounts to, in either form: one round, no progress events (nobody watches them)."""
+        if self.request is not None:
+            return msgspec.structs.replace(self.request, progress=False)
+        assert not isinstance(self.question, UnsetType) and not isinstance(self.pool, UnsetType)
+        assert not isinstance(self.reference, UnsetType)  # both checked by __post_init__
+        return SolveRequest(
+            question=self.question,
+            pool=list(self.pool),
+            max_steps=_given(self.max_steps, None),
+            max_rounds=0,
+            domain=_given(self.domain, None),
+            reference=self.reference,
+            budget=_given(self.budget, None),
+            cache=_given(self.cache, False),
+            progress=False,
+        )
+
+
+_SCHEMA_13_FIELDS = ("question", "pool", "reference", "domain", "max_steps", "budget", "cache")
+
+
+def _given(value: T | UnsetType, default: T) -> T:
+    """A schema-13 field's value, or what an absent one meant then."""
+    return default if isinstance(value, UnsetType) else value
+
+
+def _form_problem(r: Rollout) -> str | None:
+    """Why ``r`` is neither form of a rollout: the solve in ``request`` (schema 14), or in the top-level fields."""
+    if r.request is None:
+        missing = [f for f in ("question", "pool", "reference") if isinstance(getattr(r, f), UnsetType)]
+        return (
+            f"a rollout needs its request (schema 14), or {', '.join(missing)} (schema 13)"
+            if missing
+            else None
+        )
+    given = [f for f in _SCHEMA_13_FIELDS if not isinstance(getattr(r, f), UnsetType)]
+    if given:
+        return f"{given[0]} is given both in request and at the top level (schema 13 form); give request only"
+    if r.request.pool is None:
+        return "request.pool: a rollout names the view the policy saw, in its order"
+    if r.request.reference is None:
+        return "request.reference: a rollout is scored against its reference"
+    if r.request.max_rounds or r.request.policy is not None:
+        return "request: a rollout is one round whose workflow is its completion (max_rounds 0, no policy)"
+    return None
 
 
 class RolloutBatch(msgspec.Struct, frozen=True, kw_only=True):

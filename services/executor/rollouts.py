@@ -23,7 +23,7 @@ from conductor.workflow import WorkflowFormatError, parse_completion
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply, PlanRequest
 from schemas.rollout import Rollout, RolloutBatch, RolloutBatchResult, RolloutResult
-from schemas.solve import SolveRequest, SolveResult
+from schemas.solve import SolveResult
 from schemas.verify import Outcome
 from services.executor.config import ExecutorSettings
 from services.executor.core import Executor, TaskState
@@ -63,33 +63,27 @@ class GivenCompletion:
         )
 
 
-def as_request(r: Rollout) -> SolveRequest:
-    """The solve a rollout amounts to: one round, its pool view, no progress events (nobody watches them)."""
-    return SolveRequest(
-        question=r.question,
-        pool=list(r.pool),
-        max_steps=r.max_steps,
-        max_rounds=0,
-        domain=r.domain,
-        reference=r.reference,
-        budget=r.budget,
-        cache=r.cache,
-        progress=False,
-    )
-
-
 def validate_batch(batch: RolloutBatch, pool: Pool, settings: ExecutorSettings) -> ErrorInfo | None:
     """The first rollout a solve's checks or the recursion rules refuse, its field named ``rollouts[k].<field>``;
     or a repeated id (results are matched to samples by it)."""
     seen: set[str] = set()
     for k, r in enumerate(batch.rollouts):
-        error = validate(as_request(r), pool, settings) or _recursion_error(r, settings)
+        error = check_rollout(r, pool, settings)
         if error is None and r.id in seen:
             error = bad_request(f"rollout id {r.id!r} appears twice in the batch", "id")
         if error is not None:
             return msgspec.structs.replace(error, field=f"rollouts[{k}].{error.field}")
         seen.add(r.id)
     return None
+
+
+def check_rollout(r: Rollout, pool: Pool, settings: ExecutorSettings) -> ErrorInfo | None:
+    """What a solve's checks or the recursion rules refuse in one rollout, its field named as the rollout gives it:
+    ``request.<field>`` in a rollout carrying its request, ``<field>`` in one of schema 13."""
+    if (error := validate(r.solve, pool, settings)) is not None:
+        located = f"request.{error.field}" if r.request is not None and error.field else error.field
+        return msgspec.structs.replace(error, field=located)
+    return _recursion_error(r, settings)
 
 
 def _recursion_error(r: Rollout, settings: ExecutorSettings) -> ErrorInfo | None:
@@ -110,7 +104,7 @@ async def score(executor: Executor, r: Rollout) -> RolloutResult:
     id is the learner's rollout id: a pool that draws afresh per task (``vary_by_task``) then draws the same for the
     same rollout in every run, so a run is reproducible from its seeds (the learner's ids are unique within a run,
     and a rollout is never a durable task, whose id would key the worker-call ledger)."""
-    state = TaskState(f"rollout-{r.id}", as_request(r), previous=r.previous)
+    state = TaskState(f"rollout-{r.id}", r.solve, previous=r.previous)
     with structlog.contextvars.bound_contextvars(rollout_id=r.id):
         result = await executor.execute(state, GivenCompletion(r.completion), first_round=r.round)
     return as_result(r, result)
@@ -183,8 +177,7 @@ class Rollouts:
 
     def check(self, r: Rollout) -> ErrorInfo | None:
         """What a solve's checks or the recursion rules refuse in one rollout (its field named), if anything."""
-        ex = self.executor
-        return validate(as_request(r), ex.pool, ex.settings) or _recursion_error(r, ex.settings)
+        return check_rollout(r, self.executor.pool, self.executor.settings)
 
     async def run(self, batch: RolloutBatch) -> RolloutBatchResult:
         ex = self.executor

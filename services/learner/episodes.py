@@ -3,7 +3,7 @@
 The prompt comes from ``conductor.prompt`` (the planner's builder, the one source of the prompt), so the policy is
 trained on exactly what it is served. Each question gets its own view of the pool (docs/method.md §6): a random
 k-subset of the deployment's workers, renumbered 0..k-1 — optionally in random order so an ordinal carries no fixed
-meaning. ``Episode.pool`` holds the names in the order shown; it travels as ``Rollout.pool`` so the executor maps
+meaning. ``Episode.pool`` holds the names in the order shown; it travels as ``Rollout.request.pool`` so the executor maps
 ordinal ``i`` back to ``pool[i]``.
 
 An episode is also one row of the TRL dataset (``row``): the ``prompt`` column is the conversation, every other

@@ -29,7 +29,7 @@ import msgspec
 from conductor.reward import shape
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.rollout import Rollout, RolloutResult
-from schemas.solve import Budget
+from schemas.solve import Budget, SolveRequest
 from services.learner.config import LearnerConfig
 from services.learner.episodes import Episode, from_column
 from services.learner.rollouts import RolloutError
@@ -129,18 +129,22 @@ class ConductorReward:
 
     def rollout(self, rid: str, ep: Episode, completion: str, version: str) -> Rollout:
         ro = self._config.rollout
-        return Rollout(
-            id=rid,
+        request = SolveRequest(
             question=ep.question,
-            pool=ep.pool,
-            completion=completion,
-            reference=ep.reference,
-            domain=ep.domain,
-            round=ep.round,
-            previous=ep.previous,
+            pool=list(ep.pool),
             max_steps=self._config.data.max_steps,
+            domain=ep.domain,
+            reference=ep.reference,
             budget=Budget(max_cost_usd=ro.max_cost_usd) if ro.max_cost_usd else None,
             cache=ro.cache,
+            progress=False,
+        )
+        return Rollout(
+            id=rid,
+            completion=completion,
+            request=request,
+            round=ep.round,
+            previous=ep.previous,
             policy_version=version,
         )
 

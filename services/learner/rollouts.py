@@ -81,8 +81,8 @@ def expected_calls(rollout: Rollout) -> int:
     try:
         parsed = parse_completion(
             rollout.completion,
-            n_workers=len(rollout.pool),
-            max_steps=rollout.max_steps or MAX_STEPS,
+            n_workers=len(rollout.solve.pool or ()),
+            max_steps=rollout.solve.max_steps or MAX_STEPS,
             allow_empty=rollout.round > 0,
         )
     except WorkflowFormatError:

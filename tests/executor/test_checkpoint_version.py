@@ -25,5 +25,5 @@ async def test_a_resumed_old_checkpoint_is_saved_with_the_current_version() -> N
     old = TaskCheckpoint(task_id="t-1", request=SolveRequest(question="q"), schema_version=2)
     await store.save_checkpoint("client.t-1", old)
     saved = msgspec.json.decode(kv.stored["client.t-1"], type=TaskCheckpoint)
-    assert saved.schema_version == CHECKPOINT_VERSION == 13
+    assert saved.schema_version == CHECKPOINT_VERSION == 14
     assert msgspec.structs.replace(saved, schema_version=2) == old

@@ -184,6 +184,43 @@ async def test_a_bad_rollout_rejects_the_batch_naming_its_field_before_anything_
     assert t.work_requests == []
 
 
+def carrying(r: Rollout) -> Rollout:
+    """``r`` in the schema-14 form: the solve it amounts to in ``request``, nothing of it at the top level."""
+    return Rollout(id=r.id, completion=r.completion, request=r.solve, round=r.round, previous=r.previous)
+
+
+async def test_a_rollout_carrying_its_request_scores_as_its_schema_13_form():
+    """The same rollouts in either form: the same rewards, steps, answers, verdicts, usage and worker calls."""
+    previous = [PriorRound(completion=ONE_STEP, final_response="sim-small@0: saw 1 msgs")]
+    old = [
+        rollout(id="right", domain="math", cache=True),
+        rollout(id="wrong", reference="sim-math@0", completion=completion([0, 1], [[], "all"]), max_steps=2),
+        rollout(id="again", round=1, previous=previous, completion=HANDBACK),
+        rollout(id="spent", completion=completion([0, 1], [[], "all"]), budget=Budget(max_calls=1)),
+    ]
+    new = [carrying(r) for r in old]
+    assert all(isinstance(r.question, msgspec.UnsetType) and r.request is not None for r in new)
+    (was, t_old), (now, t_new) = await score(*old), await score(*new)
+    strip = lambda res: [msgspec.structs.replace(r, latency_s=0.0) for r in res.results]  # noqa: E731
+    assert strip(was) == strip(now) and [r.reward for r in now.results] == [1.0, 0.5, 1.0, None]
+    assert t_old.work_requests == t_new.work_requests and t_new.events == []
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "field"),
+    [
+        ({"pool": ["sim-small", "sim-math", "gpt-99"]}, "rollouts[1].request.pool[2]"),
+        ({"max_steps": 99}, "rollouts[1].request.max_steps"),
+    ],
+)
+async def test_a_bad_request_in_a_rollout_is_named_inside_it(request_fields, field):
+    bad = carrying(rollout(id="r1"))
+    bad = msgspec.structs.replace(bad, request=msgspec.structs.replace(bad.request, **request_fields))
+    res, t = await score(carrying(rollout()), bad)
+    assert res.results == [] and res.error.code == ErrorCode.BAD_REQUEST and res.error.field == field
+    assert t.work_requests == []
+
+
 async def test_a_batch_runs_concurrently_within_the_bound_and_answers_in_order():
     t = ScriptedTransport([], delay=0.05)
     res, _ = await score(*(rollout(id=f"r{i}") for i in range(6)), transport=t, concurrency=2)

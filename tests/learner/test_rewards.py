@@ -61,7 +61,9 @@ def test_rollouts_carry_the_episode_and_conversational_completions_are_unwrapped
         prompts=[None], completions=[[{"role": "assistant", "content": "text"}]], episode=[column(EP)]
     )
     assert seen[0].completion == "text"
-    assert seen[0].pool == ["a", "b"] and seen[0].reference == EP.reference and seen[0].max_steps == 5
+    asked = seen[0].request  # the solve it amounts to (schema 14), nothing of it at the top level
+    assert asked is not None and isinstance(seen[0].pool, msgspec.UnsetType)
+    assert asked.pool == ["a", "b"] and asked.reference == EP.reference and asked.max_steps == 5
 
 
 def test_a_completion_scored_on_several_draws_gets_their_mean() -> None:

@@ -384,6 +384,28 @@ PAYLOADS: dict[str, object] = {
         SOLVE_REQ, task_id="team-a.0f9c2d7e4b1a4c8e9d3f6a2b5c7e1d40", key="team-a"
     ),
     "cancel_request_v13": CancelRequest(task_id="t-1", reason="the HTTP client hung up", tenant="acme"),
+    "rollout_batch_v14": RolloutBatch(
+        rollouts=[
+            Rollout(
+                id="g0/s3",
+                completion='Solve, then check.\nmodel_id = [0, 1]\nsubtasks = ["solve it", "check and answer"]\n'
+                'access_list = [[], ["all"]]',
+                request=SolveRequest(
+                    question="What is 2^100 mod 7?",
+                    pool=["sim-math", "sim-small"],
+                    max_steps=3,
+                    domain="math",
+                    reference="2",
+                    budget=Budget(max_calls=10),
+                    cache=True,
+                    progress=False,
+                ),
+                round=1,
+                previous=[PriorRound(completion="model_id = [1] ...", final_response="\\boxed{3}")],
+                policy_version="step-40",
+            ),
+        ]
+    ),
 }
 
 if __name__ == "__main__":
