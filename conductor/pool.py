@@ -15,7 +15,7 @@ A pool file is TOML::
 
     [[workers]]
     name = "gpt-5"                # the operator's name; requests and results use it, the Conductor never sees it
-    provider = "openai"           # openai | anthropic | openai_compatible | local | sim | replay
+    provider = "openai"           # one of PROVIDER_KINDS below (docs/providers.md)
     model = "gpt-5"
     description = "Frontier generalist; strongest at math and code."
     api_key_env = "OPENAI_API_KEY"  # the *name* of an env var; keys are never written in the file
@@ -49,7 +49,7 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 import msgspec
 from msgspec import Meta
@@ -59,7 +59,35 @@ from conductor.wire import field_of
 from schemas.plan import WorkerCard
 from schemas.solve import Budget
 
-Provider = Literal["openai", "anthropic", "openai_compatible", "local", "sim", "replay"]
+
+class ProviderKind(NamedTuple):
+    """One kind of worker provider. ``PROVIDER_KINDS`` is the one list of them: the pool file's ``provider`` values
+    (``Provider``), the worker-adapter's adapters (services/worker_adapter/providers/__init__.py ``ADAPTERS``), the
+    key variables read when a worker names none (services/worker_adapter/config.py ``DEFAULT_KEY_ENV``) and
+    docs/providers.md all follow it; tests/worker_adapter/test_provider_kinds.py fails when one of them does not."""
+
+    name: str
+    summary: str  # what a worker of this kind reaches, one line (docs/providers.md says more)
+    key_env: str | None = None  # the env var of its API key when the worker names none; None: it needs no key
+    needs_model: bool = (
+        True  # the worker must name ``model`` (sim and replay workers name theirs in their table)
+    )
+
+
+PROVIDER_KINDS: tuple[ProviderKind, ...] = (
+    ProviderKind("openai", "OpenAI's API through the official SDK", key_env="OPENAI_API_KEY"),
+    ProviderKind(
+        "anthropic", "Anthropic's Messages API through the official SDK", key_env="ANTHROPIC_API_KEY"
+    ),
+    ProviderKind("openai_compatible", "any OpenAI-compatible server at base_url: vLLM, SGLang, Ollama, ..."),
+    ProviderKind("local", "a transformers model on this machine's CPU, from a GGUF file or directory"),
+    ProviderKind("sim", "a simulated worker answering from a dataset with set skills", needs_model=False),
+    ProviderKind("replay", "a real model's recorded answers (docs/replay.md)", needs_model=False),
+)
+PROVIDER_NAMES: tuple[str, ...] = tuple(kind.name for kind in PROVIDER_KINDS)
+_KINDS = {kind.name: kind for kind in PROVIDER_KINDS}
+
+Provider = Literal[PROVIDER_NAMES]  # type: ignore[valid-type]  # a pool file names one of the kinds above
 Behaviour = Literal["own", "majority"]
 
 
@@ -203,7 +231,7 @@ def _check(pool: Pool) -> None:
             raise PoolError(f"{where}: provider 'sim' needs a [workers.sim] table")
         if w.provider == "openai_compatible" and not w.base_url:
             raise PoolError(f"{where}: provider 'openai_compatible' needs base_url")
-        if w.provider not in ("sim", "replay") and not w.model:
+        if _KINDS[w.provider].needs_model and not w.model:
             raise PoolError(f"{where}: model is required")
         if w.provider == "replay":
             _check_replay(where, w)

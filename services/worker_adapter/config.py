@@ -8,7 +8,7 @@ from typing import Annotated
 
 import msgspec
 
-from conductor.pool import Pool, WorkerSpec
+from conductor.pool import PROVIDER_KINDS, Pool, WorkerSpec
 from conductor.settings import (
     CommonSettings,
     Env,
@@ -20,8 +20,9 @@ from conductor.settings import (
     read,
 )
 
-DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-"""The env var a hosted provider's key comes from when the pool file names none."""
+DEFAULT_KEY_ENV = {kind.name: kind.key_env for kind in PROVIDER_KINDS if kind.key_env is not None}
+"""The env var a hosted provider's key comes from when the pool file names none (conductor/pool.py
+``PROVIDER_KINDS``)."""
 
 
 class SharedSettings(msgspec.Struct, frozen=True, kw_only=True):
