@@ -57,7 +57,9 @@ class Options:
     pool_subset: list[str] | None = None
     timeout_s: float = 600.0
     hide_domain: bool = False  # requests name no answer type (the verifier still judges by the reference)
-    policy: PolicyRecord | None = None  # the planner's resolved policy (services started here); None: not known
+    policy: PolicyRecord | None = (
+        None  # the planner's resolved policy (services started here); None: not known
+    )
 
 
 def ran_by(job: Job, options: Options) -> PolicyRecord | None:
