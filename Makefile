@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo demo-replay test test-all test-nats test-e2e test-slow test-bigcodebench test-chaos test-model test-vllm test-browser test-learn test-ops bench lint asyncapi chart-schema lock settings clean
+.PHONY: setup demo demo-replay test test-all test-nats test-e2e test-slow test-bigcodebench test-chaos test-model test-vllm test-browser test-learn test-ops test-images bench lint asyncapi chart-schema lock settings clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,15 @@ test-learn: $(STAMP)
 test-ops: $(STAMP)
 	@command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
 	$(BIN)/pytest -q -m ops tests/ops $(ARGS)
+
+# The images for real (tests/images): podman + runc, a debootstrap'd bookworm base imported into podman (no image
+# registry here), the core and learner (CPU torch) images built with this machine's pip configuration passed in as
+# a build secret, then the chart's services run from them as containers, solving tasks, the executor killed
+# mid-run. Sizes and build times: tests/artifacts/images.json. Installs podman, runc and debootstrap when missing.
+test-images: $(STAMP)
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null \
+	  || (apt-get update -qq && apt-get install -y -qq podman runc debootstrap)
+	$(BIN)/pytest -q -s -m images tests/images $(ARGS)
 
 bench: $(STAMP)
 	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
