@@ -163,7 +163,8 @@ def _lettered(letters: list[str]) -> bool:
 def answer_type(question: str) -> str | None:
     """The answer type a question's own text shows, for a request that names none (a plain chat request to the
     gateway): ``mcq`` when it lists lettered options (A, B, ... in order) or asks for a letter, ``code`` when it asks
-    for a program or shows input and output blocks, ``general`` when it asks for an ``<answer>`` tag, ``math`` when
+    for a program or shows input and output blocks (unless it asks for an ``<answer>`` tag: ``general``, as when it
+    asks for a program's output as a literal), ``math`` when
     it asks for a boxed answer or holds a quantity, else None. A policy trained with the answer type in its prompt
     routes on that line (without it, `smollm2-views2` sent 16 of 26 math questions to the knowledge model); this
     gives it back what the question already says. Never used to judge an answer."""
@@ -171,10 +172,10 @@ def answer_type(question: str) -> str | None:
         return "mcq"
     if _CARRIES["mcq"].search(question) and not _CARRIES["math"].search(question):
         return "mcq"
+    if "<answer>" in question.lower():  # asked for a tagged answer: even about a program (CRUXEval's literal output)
+        return "general"
     if _CODE_CUES.search(question) or all(p.search(question) for p in _IO_LINES):
         return "code"
-    if "<answer>" in question.lower():
-        return "general"
     if _MATH_CUES.search(question):
         return "math"
     return None

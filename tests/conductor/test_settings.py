@@ -58,6 +58,8 @@ EXAMPLES = {
     "CONDUCTOR_LEARNER_CHECKPOINT_DIR": "/checkpoints",
     "CONDUCTOR_POLICY_DEPLOYMENT": "rel-conductor-vllm-policy",
     "CONDUCTOR_KUBE_NAMESPACE": "ai",
+    "CONDUCTOR_RECORD_PATH": "/var/lib/conductor/served.jsonl.gz",
+    "CONDUCTOR_REPLAY_PATH": "/data/replay:/data/mine.jsonl.gz",
     "CONDUCTOR_KUBECONFIG": "/etc/kube/config",
     "CONDUCTOR_POLICY_SERVER_URL": "http://rel-conductor-vllm-policy:8000",
     "CONDUCTOR_POLICY_LORA_NAME": "conductor-policy",
