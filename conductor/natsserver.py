@@ -65,9 +65,12 @@ class NatsServer:
         *,
         passwords: Mapping[str, str] | None = None,
         prefix: str = "",
+        monitor_port: int | None = None,
     ) -> None:
-        """``prefix``: the subject prefix the users' permissions are for (``CONDUCTOR_SUBJECT_PREFIX``)."""
+        """``prefix``: the subject prefix the users' permissions are for (``CONDUCTOR_SUBJECT_PREFIX``);
+        ``monitor_port``: serve nats-server's HTTP monitoring (``/varz``, ``/jsz``) there, for an exporter."""
         self.port = port or free_port()
+        self.monitor_port = monitor_port
         self.passwords = dict(passwords) if passwords is not None else None
         self.prefix = prefix
         self.run_dir = Path(tempfile.mkdtemp(prefix="conductor-nats-"))
@@ -104,6 +107,8 @@ class NatsServer:
 
     def start(self, timeout: float = 10.0) -> NatsServer:
         cmd = [find_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
+        if self.monitor_port is not None:
+            cmd += ["-m", str(self.monitor_port)]
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.passwords is not None:
             cmd += ["-c", str(self._write_config())]

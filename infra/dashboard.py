@@ -271,6 +271,11 @@ def queries() -> list[tuple[str, str]]:
     return [(p.title, q.expr) for _, panels in ROWS for p in panels for q in p.queries]
 
 
+def as_sent(expr: str, *, namespace: str = "ai", rate_interval: str = "1m") -> str:
+    """A query as Grafana sends it to Prometheus: its variables substituted."""
+    return expr.replace("$namespace", namespace).replace("$__rate_interval", rate_interval)
+
+
 def render() -> str:
     return json.dumps(json.loads(JSONEncoder().encode(build())), indent=2, sort_keys=True) + "\n"
 

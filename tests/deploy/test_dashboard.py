@@ -9,7 +9,7 @@ import pytest
 
 from infra import dashboard
 from tests.deploy.chart import objects, render
-from tests.ops.promql import as_sent, unknown
+from tests.ops.promql import unknown
 
 
 def test_committed_json_is_current():
@@ -19,7 +19,7 @@ def test_committed_json_is_current():
 
 @pytest.mark.parametrize(("title", "expr"), dashboard.queries(), ids=[t for t, _ in dashboard.queries()])
 def test_query_parses_and_names_exported_series(title, expr):
-    assert unknown(as_sent(expr)) == [], title
+    assert unknown(dashboard.as_sent(expr)) == [], title
 
 
 def test_every_panel_has_a_query_and_a_unique_id():

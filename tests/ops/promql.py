@@ -78,8 +78,3 @@ def unknown(expr: str) -> list[str]:
         extra = sel.labels - known[sel.name] - TARGET_LABELS
         problems += [f"label {label!r} of {sel.name}" for label in sorted(extra)]
     return problems
-
-
-def as_sent(expr: str, *, namespace: str = "ai", rate_interval: str = "1m") -> str:
-    """A dashboard query as Grafana sends it to Prometheus: its variables substituted."""
-    return expr.replace("$namespace", namespace).replace("$__rate_interval", rate_interval)

@@ -1,24 +1,33 @@
-"""The services' metrics scraped for real: Debian's Prometheus scrapes `conductor serve` processes (the helpers and
-the executor, each on its own metrics port, labelled like the chart's ServiceMonitor targets) while a short workload
-runs on a fault-injecting pool; then every metric docs/deployment.md documents is a series with its documented labels, every
-dashboard panel's query returns data, and the chart's alert rules evaluate without error on the real series."""
+"""The services' metrics scraped for real: Debian's Prometheus scrapes `conductor serve` processes (the helpers, the
+executor, the gateway with an API key, and a planner serving a local policy version it loaded from the bucket, each
+on its own metrics port, labelled like the chart's ServiceMonitor targets) and nats-server's JetStream gauges
+(tests/ops/nats_exporter.py, prometheus-nats-exporter's names) while a short workload runs on a fault-injecting
+pool; then every metric docs/deployment.md documents is a series with its documented labels, every dashboard panel's
+query returns a number, the dashboard drawn from the same queries shows every panel in headless Chromium, and the
+chart's alert rules evaluate without error on the real series."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats
 import pytest
 import yaml
 
@@ -28,11 +37,15 @@ from conductor.client import ConductorClient, connect
 from conductor.credentials import connection
 from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
-from infra import dashboard
+from infra import dashboard, render_dashboard
 from schemas.solve import SolveRequest, solve_subject
+from services.gateway.keys import entry_toml, new_key
+from services.learner.versions import publish_adapter
+from tests.adapters import make_adapter, tiny_base
 from tests.chaos.harness import pool_file
 from tests.deploy.chart import NAMESPACE, objects, render
-from tests.ops.promql import TARGET_LABELS, as_sent, exported
+from tests.ops import nats_exporter
+from tests.ops.promql import TARGET_LABELS, exported
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [
@@ -48,12 +61,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # (Prometheus saw its metadata in the scrape), just without a series.
 NO_SERIES = {
     "conductor_worker_replays_total": "needs a resumed task replaying its steps (the chaos tier kills executors)",
-}
-# Panels whose series come from something this tier does not run.
-NO_DATA = {
-    "Task queue lag": "prometheus-nats-exporter (nats.promExporter) is not packaged here",
-    "Spend per gateway key": "the gateway is not part of this workload",
-    "Policy version served": "only a planner serving a local policy version sets it (make test-learn)",
 }
 
 
@@ -158,49 +165,120 @@ async def _workload(nats_url: str) -> int:
     return len(questions) + 3
 
 
-@pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """The port of a Prometheus that has scraped the services after the workload."""
-    tmp = tmp_path_factory.mktemp("ops")
-    fault_port, helpers_port, executor_port = free_port(), free_port(), free_port()
-    faults = subprocess.Popen(
-        [sys.executable, "-m", "tests.chaos.fault_server", str(fault_port), "0.3", "7"],
-        stdout=subprocess.PIPE,
-        cwd=ROOT,
+def _chat(gateway: str, key: str, question: str) -> None:
+    """One OpenAI-style chat completion through the gateway with ``key``."""
+    body = {"model": "refine:2", "messages": [{"role": "user", "content": question}]}
+    req = urllib.request.Request(
+        f"{gateway}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
     )
-    assert faults.stdout is not None and faults.stdout.readline().strip() == b"ready"
-    with NatsServer(store_dir=tmp / "nats") as nats_server:
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            assert json.loads(resp.read())["object"] == "chat.completion"
+    except (
+        urllib.error.HTTPError
+    ) as exc:  # a task failed on the fault server: still a request the key spent on
+        assert exc.code >= 500, exc.read()
+
+
+async def _publish_policy(tmp: Path, nats_url: str) -> tuple[Path, str]:
+    """A tiny base model and a LoRA version of it in the policy bucket (tests/adapters.py, as the planner's version
+    tests make them): the local planner of this tier loads it at start-up. (base directory, version name)"""
+    base = tiny_base(tmp)
+    adapter = make_adapter(base, tmp / "adapter", seed=1)
+    nc = await nats.connect(nats_url)
+    try:
+        version = await publish_adapter(nc, adapter, base_dir=base, run="ops", step=1)
+    finally:
+        await nc.close()
+    return base, version.version
+
+
+@dataclass(frozen=True)
+class Scraped:
+    """A Prometheus that has scraped the services after the workload, and what the workload made."""
+
+    port: int
+    start: float  # when the workload began (unix seconds)
+    policy_version: str  # what the local planner serves
+    gateway_key: str  # the gateway key's name
+
+
+def _services(
+    tmp: Path, env: dict[str, str], planner_base: Path, keys: Path
+) -> dict[str, tuple[Service, int]]:
+    """job name → (process, its metrics port): the chart's Deployments as `conductor serve` processes, plus a
+    planner serving a local policy with versions watched and the gateway."""
+
+    def one(services: str, extra: dict[str, str], log: str) -> tuple[Service, int]:
+        port = free_port()
+        return Service(services, {**env, **extra, "CONDUCTOR_METRICS_PORT": str(port)}, tmp / log), port
+
+    local = {"CONDUCTOR_POLICY": f"local:{planner_base}", "CONDUCTOR_POLICY_VERSIONS": "watch"}
+    door = {"CONDUCTOR_GATEWAY_PORT": str(free_port()), "CONDUCTOR_GATEWAY_KEYS_FILE": str(keys)}
+    return {
+        "rel-conductor-helpers": one("planner,worker-adapter,verifier", {}, "helpers.log"),
+        "rel-conductor-executor": one("executor", {}, "executor.log"),
+        "rel-conductor-planner": one("planner", local, "planner.log"),
+        "rel-conductor-gateway": one("gateway", door, "gateway.log"),
+    }
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
+    tmp = tmp_path_factory.mktemp("ops")
+    fault_port = free_port()
+    with contextlib.ExitStack() as stack:
+        faults = subprocess.Popen(
+            [sys.executable, "-m", "tests.chaos.fault_server", str(fault_port), "0.3", "7"],
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+        )
+        stack.callback(faults.wait, timeout=30)
+        stack.callback(faults.terminate)
+        assert faults.stdout is not None and faults.stdout.readline().strip() == b"ready"
+        nats_server = stack.enter_context(NatsServer(store_dir=tmp / "nats", monitor_port=free_port()))
+        exporter_port = free_port()
+        stack.callback(
+            nats_exporter.serve(f"http://127.0.0.1:{nats_server.monitor_port}", exporter_port).shutdown
+        )
+        planner_base, version = asyncio.run(_publish_policy(tmp, nats_server.url))
+        key, entry = new_key("ops")
+        (tmp / "keys.toml").write_text(entry_toml(entry), encoding="utf-8")
         env = {
             "NATS_URL": nats_server.url,
             "CONDUCTOR_POOL": str(pool_file(tmp, fault_port, timeout_s=2.0)),
             "CONDUCTOR_LOG_LEVEL": "WARNING",
             "CONDUCTOR_RETRY_BACKOFF_BASE_S": "0.2",
         }
-        helpers = Service(
-            "planner,worker-adapter,verifier",
-            {**env, "CONDUCTOR_METRICS_PORT": str(helpers_port)},
-            tmp / "helpers.log",
-        )
-        executor = Service(
-            "executor", {**env, "CONDUCTOR_METRICS_PORT": str(executor_port)}, tmp / "executor.log"
-        )
-        prom = Prometheus(
-            tmp, {"rel-conductor-helpers": helpers_port, "rel-conductor-executor": executor_port}
-        )
-        try:
-            helpers.start()
-            executor.start()
-            prom.start()
-            tasks = asyncio.run(_workload(nats_server.url))
-            prom.wait(lambda: _total(prom.port, "conductor_tasks_total") >= tasks, f"seeing {tasks} tasks")
-            time.sleep(3)  # a few more scrapes, so that every rate has two samples after the last change
-            yield prom.port
-        finally:
-            prom.stop()
-            executor.stop()
-            helpers.stop()
-            faults.terminate()
-            faults.wait(timeout=30)
+        services = _services(tmp, env, planner_base, tmp / "keys.toml")
+        for service, _ in services.values():
+            stack.callback(service.stop)
+            service.start(timeout=300)  # the local planner imports torch on two busy cores
+        prom = Prometheus(tmp, {**{job: port for job, (_, port) in services.items()}, "nats": exporter_port})
+        stack.callback(prom.stop)
+        prom.start()
+        # Prometheus hands targets to its scrapers some seconds after it is ready: a workload run before the first
+        # scrape would appear as counters already at their final value, every rate 0 and every quantile NaN.
+        prom.wait(lambda: _all_up(prom.port, len(services) + 1), "scraping every target")
+        start = time.time()
+        tasks = asyncio.run(_workload(nats_server.url))
+        # Two chats through the gateway with the key, a scrape apart: a counter's first sample is its baseline, so
+        # only spend after it shows in a rate (the dashboard's panel plots dollars per hour).
+        gateway = f"http://127.0.0.1:{services['rel-conductor-gateway'][0].env['CONDUCTOR_GATEWAY_PORT']}"
+        _chat(gateway, key, "What is 5 * 3?")
+        prom.wait(lambda: _total(prom.port, "conductor_gateway_cost_usd_total") > 0, "seeing the key's spend")
+        _chat(gateway, key, "What is 6 * 3?")
+        tasks += 2
+        prom.wait(lambda: _total(prom.port, "conductor_tasks_total") >= tasks, f"seeing {tasks} tasks")
+        time.sleep(3)  # a few more scrapes, so that every rate has two samples after the last change
+        yield Scraped(port=prom.port, start=start, policy_version=version, gateway_key=entry.name)
+
+
+def _all_up(port: int, targets: int) -> bool:
+    up = _query(port, "up == 1")
+    return len(up) == targets
 
 
 def _total(port: int, name: str) -> float:
@@ -231,37 +309,93 @@ def test_the_docs_list_only_exported_metrics_with_their_labels():
             assert ours[series] - {"le"} == labels, name
 
 
-def test_every_documented_metric_is_scraped_with_its_labels(prometheus: int):
+def test_every_documented_metric_is_scraped_with_its_labels(prometheus: Scraped):
     ours = exported()
     for name in documented():
         series = name if name in ours else f"{name}_bucket"
-        found = _get(prometheus, "/api/v1/series", **{"match[]": f'{series}{{namespace="{NAMESPACE}"}}'})
+        found = _get(prometheus.port, "/api/v1/series", **{"match[]": f'{series}{{namespace="{NAMESPACE}"}}'})
         if name in NO_SERIES:
-            assert _get(prometheus, "/api/v1/metadata", metric=name), name
+            assert _get(prometheus.port, "/api/v1/metadata", metric=name), name
             continue
         assert found, f"{series}: no series scraped"
         for labels in found:
             assert set(labels) - TARGET_LABELS - {"__name__"} == ours[series], (series, labels)
 
 
-def test_every_dashboard_panel_returns_data(prometheus: int):
-    empty = []
-    for _, panels in dashboard.ROWS:
-        for panel in panels:
-            results = [
-                _query(prometheus, as_sent(q.expr, namespace=NAMESPACE)) for q in panel.queries
-            ]  # each must execute
-            if panel.title not in NO_DATA and not any(results):
-                empty.append(panel.title)
-    assert empty == []
+def _panel_results(port: int) -> dict[str, list[dict[str, Any]]]:
+    """Each panel's title → what its queries return, sent as Grafana sends them (each must execute)."""
+    return {
+        panel.title: [
+            r for q in panel.queries for r in _query(port, dashboard.as_sent(q.expr, namespace=NAMESPACE))
+        ]
+        for _, panels in dashboard.ROWS
+        for panel in panels
+    }
 
 
-def test_alert_rules_evaluate_on_the_scraped_series(prometheus: int):
-    groups = _get(prometheus, "/api/v1/rules")["groups"]
+def test_every_dashboard_panel_returns_data(prometheus: Scraped):
+    results = _panel_results(prometheus.port)
+    # a number Grafana draws, not only a series: NaN (a quantile of no observations) shows as nothing
+    assert [title for title, found in results.items() if not any(_finite(r) for r in found)] == []
+    lag = {(r["metric"]["stream_name"], r["metric"]["consumer_name"]) for r in results["Task queue lag"]}
+    assert ("CONDUCTOR_TASKS", "executor") in lag, lag  # the executor's durable consumer, through /jsz
+    spend = {r["metric"]["key"]: float(r["value"][1]) for r in results["Spend per gateway key"]}
+    assert set(spend) == {prometheus.gateway_key} and spend[prometheus.gateway_key] > 0, spend
+    served = {r["metric"].get("version", "") for r in results["Policy version served"]}
+    assert prometheus.policy_version in served, served  # loaded from the bucket at the planner's start
+
+
+def _finite(result: dict[str, Any]) -> bool:
+    return math.isfinite(float(result["value"][1]))
+
+
+def test_the_dashboard_drawn_in_chromium_shows_every_panel(prometheus: Scraped, tmp_path: Path):
+    """The page infra/render_dashboard.py draws from the same queries, opened in headless Chromium: every panel has
+    series and drew them (a line or a table row), no console error; the screenshot is kept (the path is printed;
+    CONDUCTOR_DASHBOARD_PNG=docs/dashboard.png refreshes the README's picture)."""
+    pytest.importorskip("playwright", reason="`make test-ops` installs playwright")
+    if not Path(render_dashboard.CHROMIUM).exists():
+        pytest.skip(f"{render_dashboard.CHROMIUM} missing: `make test-ops` installs it")
+    from playwright.sync_api import sync_playwright
+
+    end = time.time()
+    drawn = render_dashboard.collect(
+        f"http://127.0.0.1:{prometheus.port}", NAMESPACE, prometheus.start - 30, end
+    )
+    html = tmp_path / "dashboard.html"
+    html.write_text(render_dashboard.page(drawn, namespace=NAMESPACE, start=prometheus.start - 30, end=end))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=render_dashboard.CHROMIUM, args=["--no-sandbox"])
+        tab = browser.new_page()
+        errors: list[str] = []
+        tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        tab.goto(html.as_uri())
+        panels = tab.evaluate(PANELS)
+        browser.close()
+    assert errors == []
+    titles = [p.title for _, row in dashboard.ROWS for p in row]
+    assert [p["title"] for p in panels] == titles
+    blank = [p["title"] for p in panels if not (p["series"] and p["marks"])]
+    assert blank == [], [(d.panel.title, d.series) for d in drawn if d.panel.title in blank]
+    png = Path(os.environ.get("CONDUCTOR_DASHBOARD_PNG", ROOT / "tests" / "artifacts" / "dashboard.png"))
+    render_dashboard.screenshot(html, png)
+    assert png.stat().st_size > 10_000
+    print(f"dashboard screenshot: {png}")
+
+
+PANELS = """[...document.querySelectorAll('.panel')].map(p => ({
+  title: p.dataset.title,
+  series: Number(p.dataset.series),
+  marks: p.querySelectorAll('polyline, td').length,
+}))"""
+
+
+def test_alert_rules_evaluate_on_the_scraped_series(prometheus: Scraped):
+    groups = _get(prometheus.port, "/api/v1/rules")["groups"]
     rules = [r for g in groups for r in g["rules"]]
     assert rules and all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
     # The fault server fails 30% of tries: nothing here is a dead letter or a misconfigured worker.
-    assert not {a["labels"]["alertname"] for a in _get(prometheus, "/api/v1/alerts")["alerts"]} & {
+    assert not {a["labels"]["alertname"] for a in _get(prometheus.port, "/api/v1/alerts")["alerts"]} & {
         "ConductorDeadLetters",
         "ConductorWorkerMisconfigured",
         "ConductorTargetDown",
