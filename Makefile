@@ -80,11 +80,12 @@ test-learn: $(STAMP)
 # The operations tier (docs/operations.md): the chart's alert rules through promtool, the services' metrics scraped by
 # Debian's Prometheus after a short workload on the sim pool, every dashboard panel with data, the dashboard drawn
 # in headless Chromium (tests/artifacts/dashboard.png; CONDUCTOR_DASHBOARD_PNG=docs/dashboard.png refreshes the
-# README's). Installs `prometheus`, `chromium` and playwright when missing.
+# README's), the chart's ServiceMonitor/PodMonitor/PrometheusRule against the operator's CRD schemas (as PyPI's
+# cloudcoil models of them). Installs `prometheus`, `chromium`, playwright and those models when missing.
 test-ops: $(STAMP)
 	@command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
-	$(BIN)/pip install --quiet playwright
+	$(BIN)/pip install --quiet playwright cloudcoil-models-prometheus-operator==0.80.1.0
 	$(BIN)/pytest -q -m ops tests/ops $(ARGS)
 
 # The images for real (tests/images): podman + runc, a debootstrap'd bookworm base imported into podman (no image
