@@ -13,7 +13,7 @@ subjects are the unprefixed subject constants.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -30,6 +30,7 @@ from prometheus_client import (
 
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.plan import PlanReply
+from schemas.rollout import RolloutResult
 from schemas.solve import SolveResult
 from schemas.usage import Usage
 from schemas.verify import Verdict
@@ -133,7 +134,7 @@ _FAULT_REASONS = frozenset(str(r) for r in FaultReason)
 _SERIES: dict[tuple[object, tuple[str, ...]], Any] = {}
 
 
-def _series(metric: Counter | Histogram, *labels: str) -> Any:
+def _series(metric: Counter | Gauge | Histogram, *labels: str) -> Any:
     """``metric.labels(*labels)``, looked up once per label set: prometheus_client's ``labels()`` validates and
     locks on every call, a measurable share of a worker call's CPU at thousands of calls per second. Bounded for
     the same reason the label values are (module docstring)."""
@@ -293,3 +294,73 @@ def policy_version_served(version: str, base: str, sha256: str) -> None:
 
 def policy_version_load(outcome: str) -> None:
     _series(POLICY_VERSION_LOADS, outcome).inc()
+
+
+# The learner (services/learner/app.py): the job it runs, from the progress it already reports (pipeline.py's
+# ``(stage, step, total, figures)``) and the rollouts it has scored. ``run`` is the job config's ``name``, chosen by
+# the operator who submits jobs (the NATS user ``trainer``), so bounded like the jobs themselves; stages are the
+# pipeline's fixed names. Gauges keep a finished job's last values: the panel shows where each run ended.
+LEARNER_STEP = Gauge(
+    "conductor_learner_step",
+    "The step a training stage has reached (GRPO and SFT: optimizer steps; a measured stage: 1 when measured).",
+    ["run", "stage"],
+    registry=REGISTRY,
+)
+LEARNER_STEPS = Gauge(
+    "conductor_learner_steps",
+    "The steps a training stage will take in all (its step counter's end).",
+    ["run", "stage"],
+    registry=REGISTRY,
+)
+LEARNER_REWARD = Gauge(
+    "conductor_learner_reward",
+    "Mean reward of the rollouts of the last logged GRPO step (TRL's ``reward``).",
+    ["run"],
+    registry=REGISTRY,
+)
+LEARNER_HELD_OUT = Gauge(
+    "conductor_learner_held_out_reward",
+    "Mean reward on the run's held-out questions, measured after a stage (base, sft, after_grpo, adapter, ...).",
+    ["run", "stage"],
+    registry=REGISTRY,
+)
+LEARNER_ROLLOUTS = _counter(
+    "conductor_learner_rollouts",
+    "Rollouts the learner had scored over NATS, by outcome: rewarded, unparsed (the completion was no workflow: "
+    "reward 0) or masked (an infrastructure error left the reward unknown; the trainer ignores it).",
+    ["run", "outcome"],
+)
+LEARNER_JOBS = _counter(
+    "conductor_learner_jobs",
+    "Training jobs the learner ended, by outcome (ok or the error code).",
+    ["outcome"],
+)
+
+
+def learner_progress(run: str, stage: str, step: int, total: int, figures: Mapping[str, Any]) -> None:
+    """One progress report of a running job, with the pipeline's figures as it reports them (a measured stage's
+    ``held_out`` is ``evaluate.held_out_reward``'s summary); called from the training thread (prometheus_client
+    locks)."""
+    _series(LEARNER_STEP, run, stage).set(step)
+    _series(LEARNER_STEPS, run, stage).set(total)
+    reward = figures.get("reward")
+    if stage == "grpo" and isinstance(reward, int | float):
+        _series(LEARNER_REWARD, run).set(reward)
+    held_out = figures.get("held_out")
+    mean = held_out.get("reward_mean") if isinstance(held_out, Mapping) else None
+    if isinstance(mean, int | float):
+        _series(LEARNER_HELD_OUT, run, stage).set(mean)
+
+
+def learner_rollouts(run: str, results: Sequence[RolloutResult]) -> None:
+    """The results of one scoring call, each counted by its outcome."""
+    for r in results:
+        _series(
+            LEARNER_ROLLOUTS,
+            run,
+            "unparsed" if not r.parsed else "masked" if r.reward is None else "rewarded",
+        ).inc()
+
+
+def learner_job_finished(error: ErrorInfo | None) -> None:
+    _series(LEARNER_JOBS, outcome(error)).inc()

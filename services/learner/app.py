@@ -30,6 +30,7 @@ from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage, NatsRouter, PullSub
 from nats.js.api import RetentionPolicy, StorageType
 
+from conductor import metrics
 from conductor.access import inbox_prefix
 from conductor.credentials import user_of
 from conductor.data import adapter_path, shipped_policies
@@ -232,16 +233,14 @@ class LearnerService:
             client = RolloutClient(transport, config.rollout)
 
             def score(rollouts):
-                return asyncio.run_coroutine_threadsafe(client.score(rollouts), loop).result()
+                results = asyncio.run_coroutine_threadsafe(client.score(rollouts), loop).result()
+                metrics.learner_rollouts(config.name, results)
+                return results
 
             def progress(stage: str, step: int, total: int, figures: dict) -> None:
-                event = TrainProgress(
-                    job_id=job.job_id,
-                    stage=stage,
-                    step=step,
-                    total=total,
-                    figures={k: float(v) for k, v in figures.items() if isinstance(v, int | float)},
-                )
+                numbers = {k: float(v) for k, v in figures.items() if isinstance(v, int | float)}
+                metrics.learner_progress(config.name, stage, step, total, figures)
+                event = TrainProgress(job_id=job.job_id, stage=stage, step=step, total=total, figures=numbers)
                 asyncio.run_coroutine_threadsafe(self._publish(event), loop)
 
             from services.learner.pipeline import run
@@ -259,6 +258,7 @@ class LearnerService:
             error = ErrorInfo(
                 code=ErrorCode.INTERNAL, message=f"training failed: {type(exc).__name__}: {exc}"[:500]
             )
+        metrics.learner_job_finished(error)
         await self._publish(TrainProgress(job_id=job.job_id, stage="done", done=True, error=error))
         return error
 

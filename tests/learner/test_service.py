@@ -9,6 +9,7 @@ import msgspec
 import nats
 import pytest
 
+from conductor import metrics
 from conductor.app.runtime import create_services, running
 from conductor.settings import CommonSettings
 from schemas.errors import ErrorCode
@@ -20,6 +21,9 @@ pytestmark = pytest.mark.nats
 async def test_a_malformed_job_config_is_a_typed_error_event_and_is_not_redelivered(nats_url, subject_prefix):
     env = {"NATS_URL": nats_url, "CONDUCTOR_SUBJECT_PREFIX": subject_prefix, "CONDUCTOR_LOG_LEVEL": "WARNING"}
     events: list[TrainProgress] = []
+    bad_jobs = (
+        metrics.REGISTRY.get_sample_value("conductor_learner_jobs_total", {"outcome": "bad_request"}) or 0.0
+    )
     nc = await nats.connect(nats_url)
     sub_subject = subject_prefix + LEARNER_PROGRESS.subject(job_id="j-1")
 
@@ -43,3 +47,7 @@ async def test_a_malformed_job_config_is_a_typed_error_event_and_is_not_redelive
     done = events[0]
     assert done.done and done.error is not None
     assert done.error.code is ErrorCode.BAD_REQUEST and "grpo.generations" in done.error.message
+    assert (
+        metrics.REGISTRY.get_sample_value("conductor_learner_jobs_total", {"outcome": "bad_request"})
+        == bad_jobs + 1
+    )
