@@ -218,6 +218,40 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             ),
         ),
     ),
+    (
+        "Learner",
+        (
+            Panel(
+                title="Learner progress",
+                description="Each training stage's share done (step / steps), the last GRPO step's mean reward, and "
+                "the held-out reward measured after a stage, by run (the job config's name).",
+                unit="none",
+                queries=(
+                    _q(
+                        f"max by (run, stage) (conductor_learner_step{{{SEL}}})"
+                        f" / max by (run, stage) (conductor_learner_steps{{{SEL}}} > 0)",
+                        "{{run}} {{stage}} done",
+                    ),
+                    _q(f"max by (run) (conductor_learner_reward{{{SEL}}})", "{{run}} reward"),
+                    _q(
+                        f"max by (run, stage) (conductor_learner_held_out_reward{{{SEL}}})",
+                        "{{run}} held-out after {{stage}}",
+                    ),
+                ),
+                width=12,
+            ),
+            Panel(
+                title="Learner rollouts",
+                description="Rollouts the learner had scored per second: rewarded, unparsed (no workflow: reward 0) "
+                "or masked (an infrastructure error left the reward unknown).",
+                unit="reqps",
+                queries=(
+                    _q(_rate("conductor_learner_rollouts_total", "run, outcome"), "{{run}} {{outcome}}"),
+                ),
+                width=12,
+            ),
+        ),
+    ),
 )
 
 
@@ -245,7 +279,9 @@ def build() -> dashboard.Dashboard:
     board = (
         dashboard.Dashboard("Conductor")
         .uid(UID)
-        .description("Tasks, workers, planner and verifier of one Conductor release (charts/conductor).")
+        .description(
+            "Tasks, workers, planner, verifier and learner of one Conductor release (charts/conductor)."
+        )
         .tags(["conductor"])
         .refresh("30s")
         .time("now-1h", "now")
