@@ -1,6 +1,6 @@
 """The services' metrics scraped for real: Debian's Prometheus scrapes `conductor serve` processes (the helpers, the
-executor, the gateway with an API key, and a planner serving a local policy version it loaded from the bucket, each
-on its own metrics port, labelled like the chart's ServiceMonitor targets) and nats-server's JetStream gauges
+executor, the gateway with an API key, a planner serving a local policy version it loaded from the bucket, and a
+learner training a tiny job whose rollouts the executor scores, each on its own metrics port, labelled like the chart's ServiceMonitor targets) and nats-server's JetStream gauges
 (tests/ops/nats_exporter.py, prometheus-nats-exporter's names) while a short workload runs on a fault-injecting
 pool; then every metric docs/deployment.md documents is a series with its documented labels, every dashboard panel's
 query returns a number, the dashboard drawn from the same queries shows every panel in headless Chromium, and the
@@ -38,6 +38,7 @@ from conductor.credentials import connection
 from conductor.natsserver import NatsServer, free_port
 from conductor.settings import CommonSettings
 from infra import dashboard, render_dashboard
+from schemas.learner import TRAIN_SUBJECT, TrainJob
 from schemas.solve import SolveRequest, solve_subject
 from services.gateway.keys import entry_toml, new_key
 from services.learner.versions import publish_adapter
@@ -195,6 +196,70 @@ async def _publish_policy(tmp: Path, nats_url: str) -> tuple[Path, str]:
     return base, version.version
 
 
+LEARNER_RUN = "ops-tiny"
+# The tiny-sim preset (services/learner/presets/tiny-sim.toml) cut to what the config allows, so the learner panel
+# has every stage's progress and a few GRPO steps in about a minute: a one-layer model, 16 SFT rows, 2 held-out and
+# probe questions, 3 GRPO steps of 2 questions x 2 completions, on this tier's pool (the fault server's workers,
+# written into the learner's data directory: a job's paths stay inside it).
+LEARNER_JOB = f"""
+name = "{LEARNER_RUN}"
+
+[model]
+source = "tiny"
+threads = 1
+tiny_layers = 1
+tiny_hidden = 32
+
+[data]
+pool_file = "pool.toml"
+workers = ["w0", "w1"]
+k_min = 2
+k_max = 2
+shuffle_view = false
+few_shot = false
+rules = false
+eval_questions = 2
+eval_samples = 1
+
+[[data.tasks]]
+name = "sim"
+domains = ["math"]
+
+[cold_start]
+sft = true
+sft_examples = 16
+sft_batch_size = 8
+topologies = ["single"]
+rejection = false
+parse_probe = 2
+
+[grpo]
+steps = 3
+questions_per_step = 2
+generations = 2
+max_completion_tokens = 40
+
+[rollout]
+batch_size = 4
+concurrency = 2
+
+[output]
+dir = "{LEARNER_RUN}"
+"""
+
+
+async def _submit_job(nats_url: str) -> None:
+    """The tiny training job on the learner's durable subject, as an operator submits one (docs/learner.md)."""
+    nc = await nats.connect(nats_url)
+    try:
+        job = TrainJob(job_id=LEARNER_RUN, config=LEARNER_JOB)
+        await nc.jetstream().publish(
+            TRAIN_SUBJECT, msgspec.json.encode(job), headers={"Nats-Msg-Id": LEARNER_RUN}
+        )
+    finally:
+        await nc.close()
+
+
 @dataclass(frozen=True)
 class Scraped:
     """A Prometheus that has scraped the services after the workload, and what the workload made."""
@@ -206,10 +271,10 @@ class Scraped:
 
 
 def _services(
-    tmp: Path, env: dict[str, str], planner_base: Path, keys: Path
+    tmp: Path, env: dict[str, str], planner_base: Path, keys: Path, learner_dir: Path
 ) -> dict[str, tuple[Service, int]]:
     """job name → (process, its metrics port): the chart's Deployments as `conductor serve` processes, plus a
-    planner serving a local policy with versions watched and the gateway."""
+    planner serving a local policy with versions watched, the gateway and the learner."""
 
     def one(services: str, extra: dict[str, str], log: str) -> tuple[Service, int]:
         port = free_port()
@@ -222,6 +287,9 @@ def _services(
         "rel-conductor-executor": one("executor", {}, "executor.log"),
         "rel-conductor-planner": one("planner", local, "planner.log"),
         "rel-conductor-gateway": one("gateway", door, "gateway.log"),
+        "rel-conductor-learner": one(
+            "learner", {"CONDUCTOR_LEARNER_CHECKPOINT_DIR": str(learner_dir)}, "learner.log"
+        ),
     }
 
 
@@ -252,7 +320,10 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
             "CONDUCTOR_LOG_LEVEL": "WARNING",
             "CONDUCTOR_RETRY_BACKOFF_BASE_S": "0.2",
         }
-        services = _services(tmp, env, planner_base, tmp / "keys.toml")
+        learner_dir = tmp / "learner"
+        learner_dir.mkdir()
+        pool_file(learner_dir, fault_port, timeout_s=2.0, name="pool.toml")
+        services = _services(tmp, env, planner_base, tmp / "keys.toml", learner_dir)
         for service, _ in services.values():
             stack.callback(service.stop)
             service.start(timeout=300)  # the local planner imports torch on two busy cores
@@ -263,6 +334,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
         # scrape would appear as counters already at their final value, every rate 0 and every quantile NaN.
         prom.wait(lambda: _all_up(prom.port, len(services) + 1), "scraping every target")
         start = time.time()
+        asyncio.run(
+            _submit_job(nats_server.url)
+        )  # it trains while the tasks run; its rollouts are the executor's
         tasks = asyncio.run(_workload(nats_server.url))
         # Two chats through the gateway with the key, a scrape apart: a counter's first sample is its baseline, so
         # only spend after it shows in a rate (the dashboard's panel plots dollars per hour).
@@ -272,6 +346,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
         _chat(gateway, key, "What is 6 * 3?")
         tasks += 2
         prom.wait(lambda: _total(prom.port, "conductor_tasks_total") >= tasks, f"seeing {tasks} tasks")
+        prom.wait(lambda: _total(prom.port, "conductor_learner_jobs_total") >= 1, "seeing the job end", 300.0)
         time.sleep(3)  # a few more scrapes, so that every rate has two samples after the last change
         yield Scraped(port=prom.port, start=start, policy_version=version, gateway_key=entry.name)
 
@@ -343,6 +418,26 @@ def test_every_dashboard_panel_returns_data(prometheus: Scraped):
     assert set(spend) == {prometheus.gateway_key} and spend[prometheus.gateway_key] > 0, spend
     served = {r["metric"].get("version", "") for r in results["Policy version served"]}
     assert prometheus.policy_version in served, served  # loaded from the bucket at the planner's start
+
+
+def test_the_learner_panel_shows_the_tiny_jobs_progress(prometheus: Scraped):
+    """The job ran through `conductor serve learner` to its end: every stage done, three GRPO steps with a reward
+    logged, held-out rewards measured, and its rollouts (3 steps x 4 completions at least) scored by the executor."""
+    (panel,) = [p for _, row in dashboard.ROWS for p in row if p.title == "Learner progress"]
+    done_q, reward_q, held_out_q = (dashboard.as_sent(q.expr, namespace=NAMESPACE) for q in panel.queries)
+    done = {
+        (r["metric"]["run"], r["metric"]["stage"]): float(r["value"][1])
+        for r in _query(prometheus.port, done_q)
+    }
+    stages = ("base", "sft", "before_grpo", "grpo", "after_grpo")
+    assert {stage: done.get((LEARNER_RUN, stage)) for stage in stages} == dict.fromkeys(stages, 1.0), done
+    assert _total(prometheus.port, f'conductor_learner_steps{{run="{LEARNER_RUN}", stage="grpo"}}') == 3
+    (reward,) = _query(prometheus.port, reward_q)
+    assert reward["metric"]["run"] == LEARNER_RUN and 0 <= float(reward["value"][1]) <= 1, reward
+    held_out = {r["metric"]["stage"] for r in _query(prometheus.port, held_out_q)}
+    assert {"before_grpo", "after_grpo"} <= held_out, held_out
+    assert _total(prometheus.port, 'conductor_learner_jobs_total{outcome="ok"}') == 1
+    assert _total(prometheus.port, f'conductor_learner_rollouts_total{{run="{LEARNER_RUN}"}}') >= 12
 
 
 def _finite(result: dict[str, Any]) -> bool:
