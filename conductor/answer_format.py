@@ -172,7 +172,8 @@ def answer_type(question: str) -> str | None:
         return "mcq"
     if _CARRIES["mcq"].search(question) and not _CARRIES["math"].search(question):
         return "mcq"
-    if "<answer>" in question.lower():  # asked for a tagged answer: even about a program (CRUXEval's literal output)
+    # asked for a tagged answer: "general", even about a program (CRUXEval asks for its output as a literal)
+    if "<answer>" in question.lower():
         return "general"
     if _CODE_CUES.search(question) or all(p.search(question) for p in _IO_LINES):
         return "code"

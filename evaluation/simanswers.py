@@ -33,7 +33,7 @@ from schemas.verify import (
 )
 from tasks import sim
 from tasks.problem import Problem
-from tasks.registry import REGISTRY, benchmarks, fixture_dir, load_benchmark
+from tasks.registry import REGISTRY, fixture_dir, load_benchmark, sim_benchmarks
 from tasks.rows import read_rows
 from tasks.sim.family import WorkerRecord
 
@@ -125,7 +125,7 @@ def record(problem: Problem, canonical: dict[str, str]) -> WorkerRecord | None:
 
 def fixture_records() -> list[WorkerRecord]:
     records = []
-    for name in benchmarks():
+    for name in sim_benchmarks():
         canonical = _canonical(name) if name in {"humaneval", "bigcodebench-hard"} else {}
         records.extend(r for p in load_benchmark(name) if (r := record(p, canonical)) is not None)
     return records

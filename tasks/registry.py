@@ -32,6 +32,10 @@ from tasks.rlpr import load_rlpr
 MATH500_SEED = 0
 """The seed of the paper's 300/100 MATH-500 split (docs/method.md §4); fixed so every run tests the same 100."""
 
+REPLAY_PREFIX = "replay-"
+"""The entries of real models' recorded answers (``_replay_entry``): a replay pool answers them, not the sim pool."""
+
+
 GPQA_SEED = 0
 """The seed GPQA-Diamond's options are shuffled under (the gold letter follows its option)."""
 
@@ -115,7 +119,7 @@ _REPLAY_NOTES = {
 
 def _replay_entry(set_name: str) -> Entry:
     """``replay-<set>``: the shipped replay table's questions; train/test by ``tasks.replay.in_test_split``."""
-    name = f"replay-{set_name}"
+    name = f"{REPLAY_PREFIX}{set_name}"
     return Entry(
         name=name,
         version="1",
@@ -247,6 +251,11 @@ def names() -> list[str]:
 def benchmarks() -> list[str]:
     """The released benchmarks: every entry but the generated family and the user's file."""
     return [e.name for e in REGISTRY.values() if e.published]
+
+
+def sim_benchmarks() -> list[str]:
+    """The released benchmarks the sim pool's fixture answers cover (evaluation/simanswers.py): all but replay's."""
+    return [name for name in benchmarks() if not name.startswith(REPLAY_PREFIX)]
 
 
 def canonical(name: str) -> str:

@@ -16,9 +16,9 @@ from conductor.settings import CommonSettings
 from evaluation.simanswers import run_pool
 from tasks import registry
 
-# The replay entries are real models' recorded answers: their questions are answered by a replay pool (tests/tasks/
-# test_replay.py, tests/worker_adapter/test_replay_provider.py, tests/evaluation/test_routers.py), not the sim pool.
-FIXTURES = [*(b for b in registry.benchmarks() if not b.startswith("replay-")), "sim"]
+# The replay entries are real models' recorded answers: a replay pool answers them (tests/tasks/test_replay.py,
+# tests/worker_adapter/test_replay_provider.py, tests/evaluation/test_routers.py), not the sim pool.
+FIXTURES = [*registry.sim_benchmarks(), "sim"]
 QUIET = Console(file=io.StringIO(), width=200)
 
 

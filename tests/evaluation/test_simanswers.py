@@ -23,7 +23,7 @@ def test_shipped_answers_match_the_fixtures() -> None:
 def test_every_fixture_question_is_known_with_a_distinct_wrong_answer() -> None:
     decoder = msgspec.json.Decoder(WorkerRecord)
     known = {r.question: r for r in map(decoder.decode, simanswers.answers_path().read_bytes().splitlines())}
-    for name in registry.benchmarks():
+    for name in registry.sim_benchmarks():
         for problem in registry.load_benchmark(name):
             record = known[problem.question]
             assert record.id == problem.id and record.wrong and record.answer not in record.wrong
