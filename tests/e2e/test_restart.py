@@ -183,7 +183,9 @@ def test_sigusr1_dumps_every_task_and_the_service_keeps_serving(tmp_path, nats_u
             time.sleep(0.05)
         dump = serve.log.read_text()
         assert "asyncio tasks ---" in dump and "--- end of tasks ---" in dump, dump[-2000:]
-        assert "in main" in dump  # the serve coroutine, with where it waits
+        assert (
+            "in _serve_until_stopped" in dump
+        )  # the serve coroutine (conductor/app/cli.py), with where it waits
         assert serve.proc.poll() is None
         assert serve.terminate() == 0
     finally:
