@@ -14,9 +14,11 @@ best such policy on the training questions and writes it as supervised rows:
    stands), then, by what the second round is shown (tasks/finals.py: the steps agree, differ, or one stated no
    answer), either hand back (three empty lists) or one worker answers afresh. For a fixed first round the best
    action per state is chosen independently, so the search is exhaustive.
-3. **The budget.** Value = accuracy − λ × $; λ is swept, and the run takes the most accurate policy whose $ per
-   question on the training questions is at most ``budget`` × that of the view's most accurate single worker
-   (``[cold_start.cascade] budget``): "as good as the best model, for a fraction of its price" as one number.
+3. **The budget.** Value = right answers − λ × $; λ is swept to find each set's efficient cascades (``frontier``),
+   and the combination of most right answers whose $ per training question is at most ``budget`` × that of the
+   view's most accurate single worker is kept (``choose``; ``[cold_start.cascade] budget``, one per view). Measured
+   (docs/results.md, "Replay"): this knapsack over-fits a set where cheapness buys little held-out accuracy; one λ
+   for all sets generalised better on the 12-model pool.
 4. **The rows.** For every training question and view: the round-1 prompt with the chosen first round, and the
    round-2 prompt — built exactly as the executor builds it from those answers — with the chosen action. One label
    per (set, view, state), whatever the question: a rule the policy can learn from the question's kind and the
