@@ -15,8 +15,10 @@ within about a point, math-l5, gsm and MMLU-Redux exactly); MMLU-Redux compares 
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import json
+import operator
 import re
 from collections import Counter, defaultdict
 from fractions import Fraction
@@ -90,14 +92,41 @@ def _crux_text(answer: object) -> str:
     return str(answer).strip().strip("'\"").replace('"', "'")
 
 
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
+MAX_EXPONENT = 64
+"""A recorded answer is text a model wrote: ``9**9**9`` must not hang the grading (ZeroEval ``eval``s it)."""
+
+
+def _arithmetic(node: ast.expr) -> Fraction:
+    """The value of digits and + - * / ** ( ) as ZeroEval's ``eval`` computes it, exactly, without ``eval``."""
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
+        return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        value = _arithmetic(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        left, right = _arithmetic(node.left), _arithmetic(node.right)
+        if isinstance(node.op, ast.Pow) and (right.denominator != 1 or abs(right) > MAX_EXPONENT):
+            raise ValueError("exponent out of range")
+        return _OPS[type(node.op)](left, right)
+    raise ValueError("not arithmetic")
+
+
 def _sanitise(answer: str) -> str:
     answer = answer.replace("$", "").replace(",", "").strip()
     if "/" in answer and _ARITHMETIC.fullmatch(answer):
         try:
-            value = Fraction(
-                eval(answer, {"__builtins__": {}})
-            )  # digits and operators only (the pattern above)
-            return str(float(value))
+            return str(float(_arithmetic(ast.parse(answer, mode="eval").body)))
         except (ArithmeticError, SyntaxError, TypeError, ValueError):
             return answer
     return answer

@@ -196,3 +196,12 @@ def test_the_zeroeval_rule_reproduces_its_published_figures() -> None:
         rows = [r for r in index.records if r.set == set_name and r.error_type in ("", "ok")]
         right = sum(zeroeval_correct(set_name, model, r.answers[model].text, str(r.gold))[0] for r in rows)
         assert round(100 * right / len(rows), 1) == expected
+
+
+def test_zeroeval_arithmetic_is_computed_without_eval() -> None:
+    """ZeroEval's rule evaluates a math answer with a '/' in it; ours computes the same value without ``eval``, and a
+    recorded answer's runaway exponent stays text instead of hanging the grading."""
+    from scripts.replay_grades import _sanitise
+
+    assert _sanitise("3/4") == "0.75" and _sanitise("(1+2)/3") == "1.0" and _sanitise("2**3/4") == "2.0"
+    assert _sanitise("9**9**9**9/2") == "9**9**9**9/2" and _sanitise("1/0") == "1/0"
