@@ -14,7 +14,6 @@ not a replay worker is refused: only a lookup is exact without the services.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Sequence
 
 import msgspec
@@ -27,11 +26,11 @@ from services.learner.cascade import Cell, Matrix
 from services.learner.search import SOLVE
 from services.verifier.config import Settings as VerifierSettings
 from services.verifier.core import Verifier
+from services.worker_adapter.config import WorkerAdapterSettings
 from services.worker_adapter.provider import CallParams
 from services.worker_adapter.providers.replay import ReplayProvider
 from tasks.finals import step_answer
 from tasks.problem import Problem
-from tasks.replay import REPLAY_PATH_ENV
 
 CONCURRENCY = 16
 """Cells in flight: the verifier's processes are the bound."""
@@ -54,7 +53,9 @@ async def offline_matrix(
     """Each worker alone on each question, as ``cascade.answer_matrix`` through the rollout API; (matrix, questions
     left out because a cell could not be judged)."""
     specs = replay_only(pool, workers)
-    provider = ReplayProvider(pool, os.environ.get(REPLAY_PATH_ENV, ""))
+    provider = ReplayProvider(
+        pool, WorkerAdapterSettings.from_env().replay_path
+    )  # as the worker adapter reads it
     cells: dict[str, dict[str, Cell]] = {p.id: {} for p in problems}
     masked: set[str] = set()
     gate = asyncio.Semaphore(CONCURRENCY)
