@@ -211,15 +211,21 @@ class Sums:
     cost: np.ndarray  # [state, worker]
 
     @classmethod
-    def of(cls, t: Tables, first: tuple[int, ...]) -> Sums:
+    def of(cls, t: Tables, first: tuple[int, ...], escalate: int | None = None) -> Sums:
+        """``escalate``: the only worker a second round may call (its index); None: any."""
         st = t.states(first)
         onehot = np.stack([st == i for i in range(len(STATES))]).astype(float)  # [state, question]
+        reward = onehot @ t.reward
+        if escalate is not None:  # every other worker's answer is worth nothing: never chosen
+            others = np.ones(len(t.workers), dtype=bool)
+            others[escalate] = False
+            reward[:, others] = -np.inf
         return cls(
             first=first,
             first_cost=float(t.cost[:, list(first)].sum()),
             count=onehot.sum(axis=1),
             keep=onehot @ t.reward[:, first[-1]],
-            reward=onehot @ t.reward,
+            reward=reward,
             cost=onehot @ t.cost,
         )
 
@@ -289,11 +295,15 @@ def choose(
     *,
     budget: float,
     cheap: int = 6,
+    select: str = "budget",
+    slack: float = 1.0,
+    escalate: str = "any",
 ) -> Choice:
-    """The per-set cascades of most right answers whose mean $ is at most ``budget`` × the view's most accurate single
-    worker's: each set's efficient cascades (``frontier``), then the best combination within the cap (every
-    combination: a few dozen per set). Workers are ordered by their mean $ on these questions, cheapest first, for
-    ties and the cheap triples."""
+    """The per-set cascades for one view. ``select = "budget"``: the combination of most right answers whose mean $
+    is at most ``budget`` × the view's most accurate single worker's (every combination of the sets' efficient
+    cascades: a few dozen each). ``select = "slack"``: one λ for every set, the largest whose training accuracy is at
+    most ``slack`` points below that worker's. ``escalate = "strongest"``: a second round calls only that worker.
+    Workers are ordered by their mean $ on these questions, cheapest first, for ties and the cheap triples."""
     ids_by_set: dict[str, list[str]] = defaultdict(list)
     for p in problems:
         if p.id in matrix:
@@ -302,23 +312,18 @@ def choose(
     singles = {w: evaluate(Cascade((w,), ()), matrix, every) for w in view}
     ordered = sorted(view, key=lambda w: (singles[w].mean_cost, w))
     strongest = max(view, key=lambda w: (singles[w].accuracy, -singles[w].mean_cost))
-    cap = budget * singles[strongest].mean_cost * len(every)
+    only = ordered.index(strongest) if escalate == "strongest" else None
     firsts = first_rounds(range(len(ordered)), cheap)
     sets = sorted(ids_by_set)
     fronts = []
     for name in sets:
         t = Tables.of(matrix, ids_by_set[name], ordered)
-        fronts.append(frontier(t, [Sums.of(t, f) for f in firsts], matrix, ids_by_set[name]))
-    best: tuple[float, float, tuple[Cascade, ...]] | None = None
-    for combo in itertools.product(*fronts):
-        right, spent = sum(x[0] for x in combo), sum(x[1] for x in combo)
-        if spent <= cap and (
-            best is None or right > best[0] + 1e-9 or (right > best[0] - 1e-9 and spent < best[1])
-        ):
-            best = (right, spent, tuple(x[2] for x in combo))
-    if best is None:
-        raise ValueError(f"no cascade costs at most {budget} x the best single worker's $ on this view")
-    right, spent, chosen = best
+        fronts.append(frontier(t, [Sums.of(t, f, only) for f in firsts], matrix, ids_by_set[name]))
+    if select == "slack":
+        floor = (singles[strongest].accuracy - slack / 100) * len(every)
+        right, spent, chosen = _one_lambda(fronts, floor)
+    else:
+        right, spent, chosen = _within(fronts, budget * singles[strongest].mean_cost * len(every), budget)
     per_set = dict(zip(sets, chosen, strict=True))
     n = len(every)
     figures = {
@@ -334,6 +339,36 @@ def choose(
         },
     }
     return Choice(view=tuple(view), per_set=per_set, figures=figures)
+
+
+Front = list[tuple[float, float, "Cascade"]]
+
+
+def _within(fronts: Sequence[Front], cap: float, budget: float) -> tuple[float, float, tuple[Cascade, ...]]:
+    """The combination of one efficient cascade per set with most right answers whose $ is at most ``cap``."""
+    best: tuple[float, float, tuple[Cascade, ...]] | None = None
+    for combo in itertools.product(*fronts):
+        right, spent = sum(x[0] for x in combo), sum(x[1] for x in combo)
+        if spent <= cap and (
+            best is None or right > best[0] + 1e-9 or (right > best[0] - 1e-9 and spent < best[1])
+        ):
+            best = (right, spent, tuple(x[2] for x in combo))
+    if best is None:
+        raise ValueError(f"no cascade costs at most {budget} x the best single worker's $ on this view")
+    return best
+
+
+def _one_lambda(fronts: Sequence[Front], floor: float) -> tuple[float, float, tuple[Cascade, ...]]:
+    """Each set's best cascade at one λ (right answers − λ × $), for the largest λ of ``LAMBDAS`` whose right answers
+    reach ``floor``; λ = 0 (the most accurate) when none does."""
+    best: tuple[float, float, tuple[Cascade, ...]] | None = None
+    for lam in LAMBDAS:
+        combo = [max(front, key=lambda x: (x[0] - lam * x[1], -x[1])) for front in fronts]
+        right, spent = sum(x[0] for x in combo), sum(x[1] for x in combo)
+        if best is None or right >= floor - 1e-9:
+            best = (right, spent, tuple(x[2] for x in combo))
+    assert best is not None
+    return best
 
 
 LAMBDAS = (0.0, *(10.0 ** (e / 8) for e in range(-16, 49)))

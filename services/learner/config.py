@@ -143,8 +143,19 @@ class CascadeSection(_Section):
     pool's recorded answers, supervised for both rounds. Each view of ``data.views`` (else the whole pool) gets its
     own choice; ``budget`` caps its $ per question at that share of the view's most accurate single worker's."""
 
+    # How each view's per-set cascades are chosen. "budget": the combination of most right answers within
+    # ``budget`` x the strongest single worker's $ (a knapsack over each set's efficient cascades; it over-fits a set
+    # where cheapness buys little held-out accuracy). "slack": one exchange rate λ (right answers per $) for every
+    # set, the largest whose accuracy on the training questions is at most ``slack`` points below the strongest
+    # worker's: the cheapest rule that keeps that accuracy, with one price of a right answer across the sets.
+    select: Literal["budget", "slack"] = "budget"
     # One share for every view, or one per view of ``data.views`` (in order).
     budget: Annotated[float, Meta(gt=0, le=1)] | list[Annotated[float, Meta(gt=0, le=1)]] = 0.5
+    # Accuracy points below the view's strongest worker that ``select = "slack"`` may give up; one or one per view.
+    slack: Annotated[float, Meta(ge=0, le=100)] | list[Annotated[float, Meta(ge=0, le=100)]] = 1.0
+    # Who a second round may call: "any" worker of the view, or only the view's "strongest" (most accurate on the
+    # training questions) — fewer labels to learn, and no escalation target picked by a few training questions.
+    escalate: Literal["any", "strongest"] = "any"
     cheap: Annotated[int, Meta(ge=3, le=12)] = (
         6  # three-attempt first rounds are drawn from this many cheapest
     )
@@ -407,14 +418,12 @@ def check(config: LearnerConfig) -> None:
     if d.views_fraction and not d.views:
         raise ConfigError(f"data.views_fraction ({d.views_fraction}) needs data.views to draw from")
     cascade = config.cold_start.cascade
-    if (
-        cascade is not None
-        and isinstance(cascade.budget, list)
-        and len(cascade.budget) != max(1, len(d.views))
-    ):
-        raise ConfigError(
-            f"cold_start.cascade.budget lists {len(cascade.budget)} shares for {max(1, len(d.views))} view(s)"
-        )
+    for key in ("budget", "slack"):
+        listed = getattr(cascade, key) if cascade is not None else None
+        if isinstance(listed, list) and len(listed) != max(1, len(d.views)):
+            raise ConfigError(
+                f"cold_start.cascade.{key} lists {len(listed)} values for {max(1, len(d.views))} view(s)"
+            )
     if cascade is not None and (d.rounds < 1 or d.max_steps < 3):
         raise ConfigError(
             "[cold_start.cascade] trains a policy that decides from the first round's results: it needs "

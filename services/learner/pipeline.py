@@ -353,9 +353,12 @@ def _cascade_rows(
         matrix_path.write_text(json.dumps({"cells": cascade.dump_matrix(matrix), "masked": masked}))
     views = config.data.views or [workers]
     budgets = c.budget if isinstance(c.budget, list) else [c.budget] * len(views)
+    slacks = c.slack if isinstance(c.slack, list) else [c.slack] * len(views)
     choices = [
-        cascade.choose(matrix, questions, view, budget=b, cheap=c.cheap)
-        for view, b in zip(views, budgets, strict=True)
+        cascade.choose(
+            matrix, questions, view, budget=b, cheap=c.cheap, select=c.select, slack=sl, escalate=c.escalate
+        )
+        for view, b, sl in zip(views, budgets, slacks, strict=True)
     ]
     rows = cascade.rows(choices, questions, matrix, pool, config)
     if c.rows and c.rows < len(rows):

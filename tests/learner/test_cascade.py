@@ -9,7 +9,7 @@ from conductor.pool import parse_pool
 from schemas.verify import TextReference
 from services.learner import cascade
 from services.learner.cascade import Cascade, Cell
-from services.learner.config import parse_config
+from services.learner.config import ConfigError, parse_config
 from tasks.problem import Problem
 
 POOL = """
@@ -120,3 +120,51 @@ def test_rows_for_both_rounds_show_the_step_answers(tmp_path) -> None:
     assert "model_id = []" in agreed["completion"][0]["content"]
     assert "The steps gave different final answers." in differed["prompt"][-1]["content"]
     assert "model_id = [0]" in differed["completion"][0]["content"]  # the strong worker, Model 0 of the view
+
+
+def test_slack_keeps_the_cheapest_rule_within_that_many_points_of_the_strongest() -> None:
+    problems, matrix = _matrix()
+    view = ["strong", "cheap-a", "cheap-b"]
+
+    def chosen(slack: float) -> cascade.Choice:
+        return cascade.choose(matrix, problems, view, budget=1.0, cheap=3, select="slack", slack=slack)
+
+    exact = chosen(
+        0.0
+    )  # the strong worker's 100%, at 0.7 of its $: the cheap pair, escalating on disagreement
+    assert exact.figures["accuracy"] == 1.0 and exact.figures["cost_ratio"] == pytest.approx(0.7)
+    assert chosen(20.0).figures["accuracy"] == 1.0  # one cheap worker's 75% is 25 points short
+    loose = chosen(25.0)
+    assert loose.figures["accuracy"] == 0.75 and loose.figures["cost"] == 1.0
+    assert loose.per_set["replay-gsm"].first in {("cheap-a",), ("cheap-b",)}
+
+
+def test_escalate_strongest_calls_only_the_most_accurate_worker() -> None:
+    """A middle worker, right wherever the cheap pair differ at $3, is the cheaper escalation; ``strongest`` forbids
+    it, since the strong worker is the view's most accurate."""
+    problems, matrix = _matrix()
+    for i, pid in enumerate(matrix):
+        right = i % 4 != 0
+        matrix[pid]["mid"] = _cell(right, 3.0, "1" if right else "9")
+    view = ["strong", "mid", "cheap-a", "cheap-b"]
+
+    def action(escalate: str) -> str | None:
+        got = cascade.choose(
+            matrix, problems, view, budget=1.0, cheap=4, select="slack", slack=0.0, escalate=escalate
+        )
+        c = got.per_set["replay-gsm"]
+        assert set(c.first) == {"cheap-a", "cheap-b"} and got.figures["accuracy"] == 1.0
+        return c.action("differ")
+
+    assert action("any") == "mid"
+    assert action("strongest") == "strong"
+
+
+def test_a_slack_list_must_name_one_value_per_view() -> None:
+    text = (
+        'name = "t"\n[model]\npath = "m"\n[data]\nrounds = 1\nmax_steps = 3\n'
+        'views = [["strong", "cheap-a"], ["cheap-a", "cheap-b"]]\n[grpo]\nsteps = 0\n'
+        '[cold_start.cascade]\nselect = "slack"\nslack = [1.0, 0.0, 2.0]\n'
+    )
+    with pytest.raises(ConfigError, match=r"cascade\.slack lists 3 values for 2 view"):
+        parse_config(text)
