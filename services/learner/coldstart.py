@@ -1,15 +1,15 @@
 """The cold start (issue 12 item 3): SFT on synthetic completions, then rejection sampling, before GRPO.
 
-Stage 1, ``sft``: TRL's ``SFTTrainer`` on (prompt, synthetic completion) pairs — the real Conductor prompt for a
-training question and a random pool view, and a completion from services/learner/synthetic.py (random routing). The
-loss is on the completion only. Teaches the format; routing stays at chance.
+Stage 1, ``sft`` (``[cold_start.synthetic]``): TRL's ``SFTTrainer`` on (prompt, synthetic completion) pairs — the
+real Conductor prompt for a training question and a random pool view, and a completion from
+services/learner/synthetic.py (random routing). The loss is on the completion only. Teaches the format; routing stays
+at chance.
 
-Stage 2, ``rejection``: sample ``rejection_samples`` completions per training question from the policy so far, score
-them through the rollout API (the executor runs and verifies them), keep the good ones, and SFT on those: the
-policy's own successful text, so it also moves routing toward what worked. Kept are either the samples that scored 1
-(``rejection_select = "correct"``), or — expert iteration (issue 18) — each question's best sample by its mean
-reward over ``rejection_draws`` fresh draws minus a cost term (``"best"``), for ``rejection_rounds`` rounds, each
-sampling from the last.
+Stage 2, ``rejection`` (``[cold_start.rejection]``): sample ``samples`` completions per training question from the
+policy so far, score them through the rollout API (the executor runs and verifies them), keep the good ones, and SFT
+on those: the policy's own successful text, so it also moves routing toward what worked. Kept are either the samples
+that scored 1 (``select = "correct"``), or — expert iteration (issue 18) — each question's best sample by its mean
+reward over ``draws`` fresh draws minus a cost term (``"best"``), for ``rounds`` rounds, each sampling from the last.
 
 Each stage writes a full model directory (a LoRA adapter is merged), so the next stage starts from a plain path.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 from conductor.pool import Pool
 from services.learner import synthetic
-from services.learner.config import LearnerConfig
+from services.learner.config import ConfigError, LearnerConfig, SyntheticSection
 from services.learner.episodes import Episode, first_round, messages, next_round, sample_view, view_workers
 from services.learner.rewards import ConductorReward
 from tasks.problem import Problem
@@ -39,6 +39,8 @@ def synthetic_rows(
 ) -> list[dict[str, Any]]:
     """``n`` prompt/completion rows; with recursion training on, a share of second-round prompts as well."""
     rng = random.Random(f"sft:{seed}")
+    # Rows made outside the stage (a bench, a test) for a config without the table use the table's defaults.
+    topologies = (config.cold_start.synthetic or SyntheticSection()).topologies
     workers = view_workers(pool, config.data)
     second_share = 0.25 if config.recursion.fraction > 0 else 0.0
     rows = []
@@ -46,7 +48,7 @@ def synthetic_rows(
         problem = rng.choice(list(problems))
         ep = first_round(problem, sample_view(workers, rng, config.data))
         k = len(ep.pool)
-        text = synthetic.first_round(rng, k, ep.domain, config.data.max_steps, config.cold_start.topologies)
+        text = synthetic.first_round(rng, k, ep.domain, config.data.max_steps, topologies)
         if rng.random() < second_share:
             answer = _some_answer(rng, problem)
             ep = next_round(ep, text, synthetic.sim_response(rng, answer, ep.domain))
@@ -90,14 +92,14 @@ def sft(
     args = SFTConfig(
         output_dir=str(work),
         num_train_epochs=epochs,
-        per_device_train_batch_size=c.sft_batch_size,
-        gradient_accumulation_steps=c.sft_accumulation,
-        learning_rate=c.sft_learning_rate,
+        per_device_train_batch_size=c.batch_size,
+        gradient_accumulation_steps=c.accumulation,
+        learning_rate=c.learning_rate,
         lr_scheduler_type="cosine",
         warmup_steps=0.05,
         logging_steps=5,
         save_strategy="steps",  # a stopped run resumes its SFT from the newest checkpoint (_resumable)
-        save_steps=c.sft_save_steps,
+        save_steps=c.save_steps,
         save_total_limit=1,
         report_to="none",
         disable_tqdm=True,
@@ -157,16 +159,18 @@ def rejection_rows(
     logits_processor: Any = None,
     round_: int = 1,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Sample ``rejection_samples`` completions per question, score each on ``rejection_draws`` fresh draws over the
-    rollout path, and keep the good ones (config ``cold_start.rejection_select``); the rows and the stage's figures.
+    """Sample ``samples`` completions per question, score each on ``draws`` fresh draws over the rollout path, and
+    keep the good ones (``select``), all of config ``[cold_start.rejection]``; the rows and the stage's figures.
     ``round_`` draws another set of questions and views in each round of expert iteration."""
     from services.learner.evaluate import fixed_episodes, generate
     from services.learner.search import Tally
     from services.learner.telemetry import routing, specialists
 
-    c = config.cold_start
+    c = config.cold_start.rejection
+    if c is None:
+        raise ConfigError("rejection sampling needs a [cold_start.rejection] table")
     rng = random.Random(f"rejection:{config.data.seed}:{round_}")
-    chosen = rng.sample(list(problems), min(c.rejection_questions, len(problems)))
+    chosen = rng.sample(list(problems), min(c.questions, len(problems)))
     episodes = fixed_episodes(chosen, pool, config, "rejection" if round_ == 1 else f"rejection{round_}")
     eps, texts = generate(
         model,
@@ -174,22 +178,20 @@ def rejection_rows(
         episodes,
         pool,
         config,
-        samples=c.rejection_samples,
-        temperature=c.rejection_temperature,
+        samples=c.samples,
+        temperature=c.temperature,
         logits_processor=logits_processor,
     )
-    k = c.rejection_draws
+    k = c.draws
     scored = reward.score([e for e in eps for _ in range(k)], [t for t in texts for _ in range(k)])
     tallies = [Tally() for _ in texts]
     for i, s in enumerate(scored):
         if s.result.reward is not None:  # masked draws (a worker or verifier failed) are left out, not zeroed
             tallies[i // k].add(s.result.reward, s.result.usage.cost_usd)
-    if c.rejection_select == "correct":
+    if c.select == "correct":
         kept = [j for j, t in enumerate(tallies) if t.n and t.mean == CORRECT]
     else:
-        kept = _best_per_question(
-            tallies, c.rejection_samples, c.rejection_cost_weight, c.rejection_min_reward
-        )
+        kept = _best_per_question(tallies, c.samples, c.cost_weight, c.min_reward)
     first_draws = [scored[j * k] for j in kept]
     stats = {
         "questions": len(episodes),

@@ -2,9 +2,10 @@
 
 A run is described entirely by its file, so `conductor train --config FILE` and a job on `conductor serve learner`
 (which carries the same TOML text) train the same way. Sections: ``[model]`` the policy and how it is adapted,
-``[data]`` questions and pool views, ``[cold_start]`` SFT and rejection sampling, ``[grpo]`` the RL recipe,
-``[recursion]`` the second-round finetune, ``[rollout]`` how rewards are fetched, ``[workers]`` what the pool's
-workers must be set to, ``[generation]`` vLLM (GPU) or transformers (CPU), ``[output]`` where the run lives.
+``[data]`` questions and pool views, ``[cold_start]`` the supervised stages before GRPO (a table per method),
+``[grpo]`` the RL recipe, ``[recursion]`` the second-round finetune, ``[rollout]`` how rewards are fetched,
+``[workers]`` what the pool's workers must be set to, ``[generation]`` vLLM (GPU) or transformers (CPU),
+``[output]`` where the run lives.
 
 A malformed file is a ``ConfigError`` naming the key (``grpo.generations: Expected `int` >= 2``); unknown keys are
 errors too, because a misspelt key silently ignored would train a different recipe than the one written down.
@@ -166,70 +167,112 @@ class CascadeSection(_Section):
     epochs: PositiveFloat = 2.0
 
 
-class ColdStartSection(_Section):
-    sft: bool = True
-    sft_examples: Positive = 512  # synthetic completions (services/learner/synthetic.py)
-    sft_epochs: PositiveFloat = 1.0
-    sft_learning_rate: LearningRate = 2e-4
-    sft_batch_size: Positive = 8
-    # Optimizer steps take this many batches each: long prompts (a 12-worker view, a second round) fit in memory
-    # as small batches — rows x tokens x the 49k-token vocabulary's logits is what fills it.
-    sft_accumulation: Positive = 1
-    sft_save_steps: Positive = (
-        16  # a checkpoint every N optimizer steps of any SFT stage: a stopped run resumes it
-    )
+class SyntheticSection(_Section):
+    """``[cold_start.synthetic]``: SFT on synthetic completions (services/learner/synthetic.py): the format with
+    random routing, for a policy that cannot yet write a workflow."""
+
+    examples: Positive = 512  # synthetic completions
+    epochs: PositiveFloat = 1.0
     # Which synthetic topologies (services/learner/synthetic.py TOPOLOGIES) the SFT corpus uses; a small model
     # from scratch learns one- and two-step workflows far sooner than lists it must keep the same length.
     topologies: list[Literal["single", "chain", "fan_out", "verify_revise"]] = msgspec.field(
         default_factory=lambda: ["single", "chain", "fan_out", "verify_revise"]
     )
-    # Rejection sampling / expert iteration (services/learner/coldstart.py rejection_rows): the policy's own samples,
-    # scored through the rollout API, the good ones supervised. ``select = "correct"`` keeps every sample that scored 1
-    # on each of its draws (with one draw: selection on noise, issue 18 cause 5); ``"best"`` is expert iteration:
-    # each question's best sample by mean reward over ``rejection_draws`` fresh draws minus ``rejection_cost_weight``
-    # x mean $, kept when its mean reward reaches ``rejection_min_reward``. ``rejection_rounds`` > 1 samples each
-    # round from the previous round's policy.
-    rejection: bool = False
-    rejection_questions: Positive = 64
-    rejection_samples: Positive = 4  # completions per question
-    rejection_draws: Positive = 1  # fresh draws each completion is scored on (needs ``data.fresh_draws``)
-    rejection_select: Literal["correct", "best"] = "correct"
-    rejection_cost_weight: Annotated[float, Meta(ge=0)] = 0.0
-    rejection_min_reward: Annotated[float, Meta(ge=0, le=1)] = 0.75
-    rejection_temperature: Annotated[float, Meta(ge=0)] | None = None  # None: grpo.temperature
-    rejection_rounds: Annotated[int, Meta(ge=1, le=8)] = 1
-    rejection_epochs: PositiveFloat = 1.0
-    parse_probe: Positive = 32  # completions sampled to measure the parse rate before/after each stage
-    grammar: bool = False  # constrain the three lists while sampling (services/learner/grammar.py)
-    # The search-based cold start (services/learner/search.py): rows whose routing was found through the rollout
-    # API. Runs before ``sft`` (which may then be off); needs ``data.fresh_draws`` so repeated draws differ.
-    search: bool = False
-    search_questions: Positive = 512  # training questions searched, domains in turn; one SFT row each
-    search_draws: Positive = 4  # fresh draws per candidate and question
-    search_prior: Annotated[float, Meta(ge=0)] = (
-        8.0  # pseudo-draws of the candidate's domain mean (shrinkage)
-    )
-    search_cost_weight: Annotated[float, Meta(ge=0)] = 60.0  # value = shrunk mean reward - weight x mean $
+
+
+class RejectionSection(_Section):
+    """``[cold_start.rejection]``: rejection sampling / expert iteration (services/learner/coldstart.py
+    rejection_rows): the policy's own samples, scored through the rollout API, the good ones supervised.
+    ``select = "correct"`` keeps every sample that scored 1 on each of its draws (with one draw: selection on noise,
+    issue 18 cause 5); ``"best"`` is expert iteration: each question's best sample by mean reward over ``draws``
+    fresh draws minus ``cost_weight`` x mean $, kept when its mean reward reaches ``min_reward``. ``rounds`` > 1
+    samples each round from the previous round's policy."""
+
+    questions: Positive = 64
+    samples: Positive = 4  # completions per question
+    draws: Positive = 1  # fresh draws each completion is scored on (needs ``data.fresh_draws``)
+    select: Literal["correct", "best"] = "correct"
+    cost_weight: Annotated[float, Meta(ge=0)] = 0.0
+    min_reward: Annotated[float, Meta(ge=0, le=1)] = 0.75
+    temperature: Annotated[float, Meta(ge=0)] | None = None  # None: grpo.temperature
+    rounds: Annotated[int, Meta(ge=1, le=8)] = 1
+    epochs: PositiveFloat = 1.0
+
+
+class SearchSection(_Section):
+    """``[cold_start.search]``: the search-based cold start (services/learner/search.py): rows whose routing was
+    found through the rollout API. Needs ``data.fresh_draws`` so repeated draws differ."""
+
+    questions: Positive = 512  # training questions searched, domains in turn; one SFT row each
+    draws: Positive = 4  # fresh draws per candidate and question
+    prior: Annotated[float, Meta(ge=0)] = 8.0  # pseudo-draws of the candidate's domain mean (shrinkage)
+    cost_weight: Annotated[float, Meta(ge=0)] = 60.0  # value = shrunk mean reward - weight x mean $
     # ``log``: value = shrunk mean reward - weight x ln(mean $ / $0.00001) (search.py ``choose``)
-    search_cost_form: Literal["linear", "log"] = "linear"
-    search_epochs: PositiveFloat = 2.0
+    cost_form: Literal["linear", "log"] = "linear"
+    epochs: PositiveFloat = 2.0
     # > 0: each question's row is the cheapest candidate whose value is within this much reward of the best one's
     # (services/learner/search.py choose): accuracy first, then price, on views whose only strong worker is dear.
-    search_tolerance: Annotated[float, Meta(ge=0, le=0.5)] = 0.0
+    tolerance: Annotated[float, Meta(ge=0, le=0.5)] = 0.0
     # What a row's candidate is chosen on (search.py ``choose``): ``question``, its shrunk mean on that question;
     # ``view``, its domain mean alone, so one domain on one view gets one label whatever each question's draws said.
-    search_choice: Literal["question", "view"] = "question"
+    choice: Literal["question", "view"] = "question"
     # The rows' reasoning: "Model 1 (the model tuned for ...) fits it best" (``ordinal_first``, the fixed-view
     # recipe) or "The model tuned for ... is Model 1" (``fit_first``: the worker's description is written before
     # its number, so on a view that numbers workers differently the number is read off the prompt, not recalled).
-    search_reasoning: Literal["ordinal_first", "fit_first"] = "ordinal_first"
+    reasoning: Literal["ordinal_first", "fit_first"] = "ordinal_first"
     # The candidates searched (search.py ``candidates``): ``short``, one worker alone, solve then check, solve and
     # check twice; ``relay`` adds chains where another worker checks between the solver's own checks (a, s, a),
     # (a, s, s, a), (a, s, a, s, a): on a view whose only strong worker is dear, cheap checks between its calls
     # gather the votes its last call reads, at little more than the price of two of its calls.
-    search_grammar: Literal["short", "relay"] = "short"
-    # ``[cold_start.cascade]``: the two-round search on recorded answers (CascadeSection); runs before ``sft``.
-    cascade: CascadeSection | None = None
+    grammar: Literal["short", "relay"] = "short"
+
+
+class ColdStartSection(_Section):
+    """The supervised stages before GRPO. Each method is a table, run when the table is present and skipped when it
+    is absent; none has a default, so a config without any method table trains no cold start (GRPO, if any, starts
+    from the base). Whatever order the file writes them in, they run as: ``[cold_start.cascade]``, then
+    ``[cold_start.search]``, then ``[cold_start.synthetic]``, then ``[cold_start.rejection]``, each from the
+    previous one's model (services/learner/pipeline.py). The keys of ``[cold_start]`` itself are shared by every
+    supervised stage. The flat keys this replaced (``sft``, ``sft_*``, ``rejection_*``, ``search_*``,
+    ``topologies``) are refused with their new place (OLD_COLD_START_KEYS); ``sft = true`` was their default, so a
+    config that relied on it now writes ``[cold_start.synthetic]``."""
+
+    learning_rate: LearningRate = 2e-4
+    batch_size: Positive = 8
+    # Optimizer steps take this many batches each: long prompts (a 12-worker view, a second round) fit in memory
+    # as small batches — rows x tokens x the 49k-token vocabulary's logits is what fills it.
+    accumulation: Positive = 1
+    # A checkpoint every N optimizer steps of any SFT stage: a stopped run resumes it.
+    save_steps: Positive = 16
+    parse_probe: Positive = 32  # completions sampled to measure the parse rate before/after each stage
+    grammar: bool = False  # constrain the three lists while sampling (services/learner/grammar.py)
+    # The methods, in the order they run; None: the table is absent and the stage does not run.
+    cascade: CascadeSection | None = None  # the two-round search on a replay pool's recorded answers
+    search: SearchSection | None = None  # rows whose routing was found through the rollout API
+    synthetic: SyntheticSection | None = None  # the format, with random routing
+    rejection: RejectionSection | None = None  # the policy's own rewarded samples
+
+
+def _moved(table: str, section: type[msgspec.Struct], prefix: str) -> dict[str, str]:
+    """``prefix + key`` -> its table, for every key of ``section`` (the keys moved one to one, prefix dropped)."""
+    return {prefix + f: f"[cold_start.{table}] {f}" for f in section.__struct_fields__}
+
+
+OLD_COLD_START_KEYS: dict[str, str] = {
+    "sft": "[cold_start.synthetic] (the table present: on; absent: off)",
+    "sft_examples": "[cold_start.synthetic] examples",
+    "sft_epochs": "[cold_start.synthetic] epochs",
+    "topologies": "[cold_start.synthetic] topologies",
+    **{
+        f"sft_{k}": f"[cold_start] {k}" for k in ("learning_rate", "batch_size", "accumulation", "save_steps")
+    },
+    "rejection": "[cold_start.rejection] (the table present: on; absent: off)",
+    **_moved("rejection", RejectionSection, "rejection_"),
+    "search": "[cold_start.search] (the table present: on; absent: off)",
+    **_moved("search", SearchSection, "search_"),
+}
+"""The flat ``[cold_start]`` keys of one method each, and where each went (issue 35): refused with the new place.
+``rejection`` and ``search`` are old only as values (the switches); as tables they are the new spelling."""
 
 
 class GrpoSection(_Section):
@@ -375,6 +418,7 @@ def parse_config(text: str) -> LearnerConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"learner config is not valid TOML: {exc}") from exc
     _refuse_old_data_keys(raw.get("data"))
+    _refuse_old_cold_start_keys(raw.get("cold_start"))
     try:
         config = msgspec.convert(raw, LearnerConfig)
     except msgspec.ValidationError as exc:
@@ -405,6 +449,20 @@ def _refuse_old_data_keys(data: object) -> None:
         f"data.{old[0]}: the training data are registry entries now (tasks/registry.py); instead of "
         f"{' and '.join('data.' + k for k in old)} write:\n{spelled}"
     )
+
+
+def _refuse_old_cold_start_keys(cold_start: object) -> None:
+    """The flat one-method ``[cold_start]`` keys name their table instead of failing as unknown keys; ``rejection``
+    and ``search`` only as switches (a table is the new spelling)."""
+    if not isinstance(cold_start, dict):
+        return
+    old = [
+        k
+        for k, v in cold_start.items()
+        if k in OLD_COLD_START_KEYS and not (k in ("rejection", "search") and isinstance(v, dict))
+    ]
+    if old:
+        raise ConfigError("; ".join(f"cold_start.{k} moved: {OLD_COLD_START_KEYS[k]}" for k in old))
 
 
 def check(config: LearnerConfig) -> None:
@@ -466,10 +524,10 @@ def check(config: LearnerConfig) -> None:
     if config.model.source == "path" and not config.model.path:
         raise ConfigError("model.path is required when model.source = 'path'")
     c = config.cold_start
-    if (c.search or (c.rejection and c.rejection_draws > 1)) and not d.fresh_draws:
+    if (c.search is not None or (c.rejection is not None and c.rejection.draws > 1)) and not d.fresh_draws:
         # Re-scoring a completion on a pool that does not vary per rollout returns the same draw K times.
         raise ConfigError(
-            "cold_start.search and cold_start.rejection_draws > 1 score repeated draws: set data.fresh_draws = true"
+            "[cold_start.search] and cold_start.rejection.draws > 1 score repeated draws: set data.fresh_draws = true"
         )
     if config.grpo.draws > 1 and not d.fresh_draws:
         raise ConfigError(

@@ -181,21 +181,21 @@ class _Run:
                 _cascade_rows, config, self.train, self.pool, self.reward, out / "cascade_rows.json", matrix
             )
             model_path = self._supervised("cascade", model_path, rows, c.cascade.epochs)
-        if c.search:
+        if c.search is not None:
             rows = partial(_search_rows, config, self.train, self.pool, self.reward, out / "search_rows.json")
-            model_path = self._supervised("search", model_path, rows, c.search_epochs)
-        if c.sft:
-            model_path = self._supervised("sft", model_path, self._synthetic_rows, c.sft_epochs)
-        if c.rejection:
-            for r in range(1, c.rejection_rounds + 1):
+            model_path = self._supervised("search", model_path, rows, c.search.epochs)
+        if c.synthetic is not None:  # the stage keeps the name "sft": earlier runs resume
+            model_path = self._supervised("sft", model_path, self._synthetic_rows, c.synthetic.epochs)
+        if c.rejection is not None:
+            for r in range(1, c.rejection.rounds + 1):
                 model_path = self._rejection(r, model_path)
         return model_path
 
     def _synthetic_rows(self) -> tuple[list[dict[str, Any]], None]:
         """The sft stage's rows: written from the pool's cards, no figures of their own."""
-        c = self.config.cold_start
+        examples = self.config.cold_start.synthetic.examples
         return coldstart.synthetic_rows(
-            self.train, self.pool, self.config, c.sft_examples, seed=self.config.model.seed
+            self.train, self.pool, self.config, examples, seed=self.config.model.seed
         ), None
 
     def _supervised(
@@ -223,7 +223,7 @@ class _Run:
     def _rejection(self, r: int, model_path: Path) -> Path:
         """Rejection-sampling round ``r``: SFT on the policy's own rewarded samples; a round that kept no sample
         leaves the model as it was."""
-        c, name = self.config.cold_start, "rejection" if r == 1 else f"rejection_{r}"
+        c, name = self.config.cold_start.rejection, "rejection" if r == 1 else f"rejection_{r}"
         if name not in self.stages.done:
             self.note(name, 0, 1, {})
             model, tok = policy.load(model_path)
@@ -244,7 +244,7 @@ class _Run:
                     model_path,
                     rows,
                     self.out / name,
-                    epochs=c.rejection_epochs,
+                    epochs=c.epochs,
                     callbacks=[_progress(name, self.note)],
                 )
             self.measured(name, self.out / name if rows else model_path, figures, rewards=True)
@@ -303,16 +303,16 @@ def _search_rows(config, train, pool, reward, path: Path) -> tuple[list[dict[str
     if path.is_file():
         saved = json.loads(path.read_text())
         return saved["rows"], saved["figures"]
-    c = config.cold_start
+    c = config.cold_start.search
     started = time.perf_counter()
     found = search.search(train, pool, config, reward, seed=config.model.seed)
     picks = search.choose(
         found,
-        prior=c.search_prior,
-        cost_weight=c.search_cost_weight,
-        tolerance=c.search_tolerance,
-        by=c.search_choice,
-        cost_form=c.search_cost_form,
+        prior=c.prior,
+        cost_weight=c.cost_weight,
+        tolerance=c.tolerance,
+        by=c.choice,
+        cost_form=c.cost_form,
     )
     rows = search.rows(picks, pool, config)
     figures = {

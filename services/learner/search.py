@@ -1,15 +1,15 @@
 """The search-based cold start (issue 18): supervised rows whose routing was *found*, not drawn at random.
 
-For each training question and its pool view, every candidate workflow of a small grammar (one worker alone; one
-solves and another checks with access; one solves and checks twice; with ``search_grammar = "relay"`` also chains
-where another worker checks between the solver's own checks) is scored through the rollout API on
-``search_draws`` fresh draws (the pool must vary its answers per rollout: ``data.fresh_draws``). A candidate's value
-is its mean reward minus ``search_cost_weight`` times its mean $, where the mean reward is *shrunk* toward the same
-candidate's mean over every question of the domain (``search_prior`` pseudo-draws): a handful of draws on one
-question cannot tell a lucky cheap worker from a good one (issue 18, cause 5: selection on noise), while the domain
-mean over hundreds of questions can. The best candidate becomes one SFT row: the real prompt, and a short completion
-in one fixed shape whose reasoning names why the chosen workers fit (their own descriptions) and whose check
-subtasks are worded as checks.
+The keys named here are config ``[cold_start.search]``'s. For each training question and its pool view, every
+candidate workflow of a small grammar (one worker alone; one solves and another checks with access; one solves and
+checks twice; with ``grammar = "relay"`` also chains where another worker checks between the solver's own checks) is
+scored through the rollout API on ``draws`` fresh draws (the pool must vary its answers per rollout:
+``data.fresh_draws``). A candidate's value is its mean reward minus ``cost_weight`` times its mean $, where the mean
+reward is *shrunk* toward the same candidate's mean over every question of the domain (``prior`` pseudo-draws): a
+handful of draws on one question cannot tell a lucky cheap worker from a good one (issue 18, cause 5: selection on
+noise), while the domain mean over hundreds of questions can. The best candidate becomes one SFT row: the real
+prompt, and a short completion in one fixed shape whose reasoning names why the chosen workers fit (their own
+descriptions) and whose check subtasks are worded as checks.
 
 Sim rollouts cost milliseconds; generation and updates are what cost CPU. So this stage spends rollouts freely and
 produces few, well-labelled rows.
@@ -27,7 +27,7 @@ from conductor.pool import Pool, WorkerSpec
 from conductor.reward import cost_term
 from conductor.workflow import render_completion
 from schemas.plan import Workflow
-from services.learner.config import LearnerConfig
+from services.learner.config import ConfigError, LearnerConfig, SearchSection
 from services.learner.episodes import Episode, first_round, messages, sample_view, view_workers
 from services.learner.rewards import ConductorReward
 from tasks.problem import Problem
@@ -60,7 +60,7 @@ GRAMMARS = ("short", "relay")
 def candidates(k: int, grammar: str = "short") -> list[Candidate]:
     """Every candidate for a view of ``k`` workers. ``short``: alone; solve then check (any pair); solve, check,
     check. ``relay`` adds, for a solver ``a`` and another worker ``s``: (a, s, a), (a, s, s, a), (a, s, a, s, a) —
-    ``s`` checks, then ``a`` checks again having read both answers (config ``cold_start.search_grammar``)."""
+    ``s`` checks, then ``a`` checks again having read both answers (config ``cold_start.search.grammar``)."""
     if grammar not in GRAMMARS:
         raise ValueError(f"grammar {grammar!r}: expected one of {', '.join(GRAMMARS)}")
     alone = [Candidate("single", (a,)) for a in range(k)]
@@ -85,7 +85,7 @@ def completion(
     c: Candidate, domain: str, workers: Sequence[WorkerSpec], reasoning: str = "ordinal_first"
 ) -> str:
     """The candidate as a completion in the one fixed shape the SFT rows use (``workers``: the view, in order;
-    ``reasoning``: config ``cold_start.search_reasoning``)."""
+    ``reasoning``: config ``cold_start.search.reasoning``)."""
     fmt = FORMAT.get(domain, "Give the final answer.")
     first = c.ordinals[0]
     kind = KIND.get(domain, "a question")
@@ -152,28 +152,35 @@ class Searched:
 def search(
     problems: Sequence[Problem], pool: Pool, config: LearnerConfig, reward: ConductorReward, *, seed: int = 0
 ) -> list[Searched]:
-    """Score every candidate of every question on ``search_draws`` fresh draws (masked rollouts are left out)."""
-    c = config.cold_start
+    """Score every candidate of every question on ``cold_start.search.draws`` fresh draws (masked rollouts are
+    left out)."""
+    c = _section(config)
     rng = random.Random(f"search:{seed}")
     workers = view_workers(pool, config.data)
-    chosen = _balanced(problems, c.search_questions, rng)
+    chosen = _balanced(problems, c.questions, rng)
     episodes = [first_round(p, sample_view(workers, rng, config.data)) for p in chosen]
     out: list[Searched] = []
     for batch in _chunks(episodes, 16):
         eps, texts, where = [], [], []
         for i, ep in enumerate(batch):
             view = pool.subset(ep.pool)
-            for j, cand in enumerate(candidates(len(view), c.search_grammar)):
+            for j, cand in enumerate(candidates(len(view), c.grammar)):
                 text = completion(cand, ep.domain, view)
-                eps += [ep] * c.search_draws
-                texts += [text] * c.search_draws
-                where += [(i, j)] * c.search_draws
-        tallies = [[Tally() for _ in candidates(len(ep.pool), c.search_grammar)] for ep in batch]
+                eps += [ep] * c.draws
+                texts += [text] * c.draws
+                where += [(i, j)] * c.draws
+        tallies = [[Tally() for _ in candidates(len(ep.pool), c.grammar)] for ep in batch]
         for (i, j), s in zip(where, reward.score(eps, texts), strict=True):
             if s.result.reward is not None:
                 tallies[i][j].add(s.result.reward, s.result.usage.cost_usd)
-        out += [Searched(ep, t, c.search_grammar) for ep, t in zip(batch, tallies, strict=True)]
+        out += [Searched(ep, t, c.grammar) for ep, t in zip(batch, tallies, strict=True)]
     return out
+
+
+def _section(config: LearnerConfig) -> SearchSection:
+    if config.cold_start.search is None:
+        raise ConfigError("the search cold start needs a [cold_start.search] table")
+    return config.cold_start.search
 
 
 def _balanced(problems: Sequence[Problem], n: int, rng: random.Random) -> list[Problem]:
@@ -249,7 +256,7 @@ def rows(
     picks: Sequence[tuple[Episode, Candidate]], pool: Pool, config: LearnerConfig
 ) -> list[dict[str, Any]]:
     """SFT rows (prompt, completion) for the chosen candidates."""
-    style = config.cold_start.search_reasoning
+    style = _section(config).reasoning
     return [
         {
             "prompt": messages(ep, pool, config.data),

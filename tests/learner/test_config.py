@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from services.learner.config import ConfigError, load_config, parse_config
+from services.learner.config import (
+    OLD_COLD_START_KEYS,
+    ColdStartSection,
+    ConfigError,
+    RejectionSection,
+    SearchSection,
+    SyntheticSection,
+    load_config,
+    parse_config,
+)
 
 PRESETS = sorted((Path(__file__).parents[2] / "services" / "learner" / "presets").glob("*.toml"))
 
@@ -55,7 +64,10 @@ def test_paper_preset_has_the_papers_values() -> None:
         ("[grpo]\nmicro_batch = 7\n", "grpo.micro_batch"),
         ("[generation]\nuse_vllm = true\nvllm_mode = 'server'\n", "generation.vllm_server_base_url"),
         ("[model.lora]\nr = 0\n", "model.lora.r"),
-        ("[cold_start]\ntopologies = ['star']\n", "cold_start.topologies"),
+        ("[cold_start.synthetic]\ntopologies = ['star']\n", "cold_start.synthetic.topologies"),
+        ("[cold_start.synthetic]\nexamplez = 3\n", "examplez"),
+        ("[cold_start.rejection]\nselect = 'worst'\n", "cold_start.rejection.select"),
+        ("[cold_start.search]\ndraws = 0\n[data]\nfresh_draws = true\n", "cold_start.search.draws"),
     ],
 )
 def test_malformed_config_names_the_key(text: str, key: str) -> None:
@@ -73,3 +85,95 @@ def test_not_toml_and_missing_file() -> None:
         parse_config("[grpo\n")
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(Path("/nonexistent/learner.toml"))
+
+
+def test_every_flat_cold_start_key_moved_to_its_methods_table() -> None:
+    """Issue 35: each old flat key maps to a key that exists where the message says (or is a table's switch)."""
+    where = {
+        "[cold_start]": ColdStartSection,
+        "[cold_start.synthetic]": SyntheticSection,
+        "[cold_start.rejection]": RejectionSection,
+        "[cold_start.search]": SearchSection,
+    }
+    for old, new in OLD_COLD_START_KEYS.items():
+        table, _, key = new.partition(" ")
+        assert key in where[table].__struct_fields__ or key.startswith("(the table present"), (old, new)
+    old_fields = {"sft", "rejection", "search", "topologies"}
+    old_fields |= {f"sft_{k}" for k in ("examples", "epochs", "learning_rate", "batch_size", "accumulation")}
+    old_fields |= {"sft_save_steps"} | {f"rejection_{k}" for k in RejectionSection.__struct_fields__}
+    old_fields |= {f"search_{k}" for k in SearchSection.__struct_fields__}
+    assert set(OLD_COLD_START_KEYS) == old_fields
+
+
+@pytest.mark.parametrize(
+    ("old", "value"), [(k, "true" if "_" not in k else "1") for k in OLD_COLD_START_KEYS]
+)
+def test_an_old_flat_cold_start_key_is_refused_naming_its_new_place(old: str, value: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(f"{MINIMAL}[cold_start]\n{old} = {value}\n")
+    message = str(raised.value)
+    assert message == f"cold_start.{old} moved: {OLD_COLD_START_KEYS[old]}" and "\n" not in message
+
+
+def test_the_old_switches_are_refused_off_as_well_as_on() -> None:
+    with pytest.raises(ConfigError, match=re.escape("cold_start.sft moved: [cold_start.synthetic]")):
+        parse_config(MINIMAL + "[cold_start]\nsft = false\n")
+    with pytest.raises(
+        ConfigError, match=re.escape("cold_start.sft_examples moved: [cold_start.synthetic] examples")
+    ):
+        parse_config(MINIMAL + "[cold_start]\nsft_examples = 64\n")
+    with pytest.raises(ConfigError, match=re.escape("cold_start.rejection moved: [cold_start.rejection]")):
+        parse_config(MINIMAL + "[cold_start]\nrejection = false\n")
+    with pytest.raises(
+        ConfigError, match=re.escape("cold_start.search_draws moved: [cold_start.search] draws")
+    ):
+        parse_config(MINIMAL + "[data]\nfresh_draws = true\n[cold_start]\nsearch = true\nsearch_draws = 8\n")
+
+
+def test_a_methods_table_turns_it_on_and_its_absence_off() -> None:
+    none = parse_config(MINIMAL).cold_start
+    assert (none.cascade, none.search, none.synthetic, none.rejection) == (None, None, None, None)
+    on = parse_config(MINIMAL + "[cold_start.rejection]\nsamples = 2\n").cold_start
+    assert on.rejection == RejectionSection(samples=2) and on.synthetic is None and on.search is None
+    empty = parse_config(MINIMAL + "[cold_start.rejection]\n[cold_start.synthetic]\n").cold_start
+    assert empty.rejection == RejectionSection() and empty.synthetic == SyntheticSection()
+
+
+def test_the_shared_keys_stay_in_cold_start() -> None:
+    c = parse_config(
+        MINIMAL + "[cold_start]\nlearning_rate = 5e-4\nbatch_size = 2\naccumulation = 4\nsave_steps = 3\n"
+    ).cold_start
+    assert (c.learning_rate, c.batch_size, c.accumulation, c.save_steps) == (5e-4, 2, 4, 3)
+
+
+def test_the_methods_run_in_the_pipelines_order_whatever_order_the_file_writes(monkeypatch, tmp_path) -> None:
+    """cascade, search, synthetic (stage "sft"), then each rejection round: the order before the tables."""
+    from services.learner import pipeline
+
+    config = parse_config(
+        MINIMAL + "[data]\nfresh_draws = true\nrounds = 1\n"
+        "[cold_start.rejection]\nrounds = 2\n[cold_start.synthetic]\nepochs = 3.0\n"
+        "[cold_start.search]\nepochs = 4.0\n[cold_start.cascade]\nepochs = 5.0\n"
+    )
+    ran = []
+
+    def supervised(self, name, model_path, rows, epochs):
+        ran.append((name, epochs))
+        return tmp_path / name
+
+    def rejection(self, r, model_path):
+        ran.append((f"rejection round {r}", None))
+        return model_path
+
+    monkeypatch.setattr(pipeline._Run, "_supervised", supervised)
+    monkeypatch.setattr(pipeline._Run, "_rejection", rejection)
+    none = dict.fromkeys(("stages", "note", "pool", "reward", "grammar"))
+    run = pipeline._Run(config=config, out=tmp_path, mix=[], train=[], probe=[], eval_eps=[], **none)
+    assert run.cold_start(tmp_path / "base", None) == tmp_path / "sft"
+    assert ran == [
+        ("cascade", 5.0),
+        ("search", 4.0),
+        ("sft", 3.0),
+        ("rejection round 1", None),
+        ("rejection round 2", None),
+    ]

@@ -1,5 +1,6 @@
-"""Expert iteration (services/learner/coldstart.py rejection_rows, ``rejection_select = "best"``): each question's
-best sample by its mean reward over fresh draws, not every sample that was lucky once (issue 18, cause 5)."""
+"""Expert iteration (services/learner/coldstart.py rejection_rows, ``[cold_start.rejection] select = "best"``):
+each question's best sample by its mean reward over fresh draws, not every sample that was lucky once (issue 18,
+cause 5)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,9 @@ shuffle_view = false
 fresh_draws = true
 [[data.tasks]]
 name = "sim"
-[cold_start]
-rejection = true
-rejection_questions = 3
-rejection_samples = 3
+[cold_start.rejection]
+questions = 3
+samples = 3
 """
 PROBLEMS = [
     Problem(id=f"p{i}", benchmark="sim", question=f"q{i}", reference=TextReference(answer="1"), domain="math")
@@ -71,7 +71,7 @@ def sampled(monkeypatch):
     def generate(
         model, tokenizer, episodes, pool, config, *, samples, temperature=None, logits_processor=None
     ):
-        assert temperature == config.cold_start.rejection_temperature
+        assert temperature == config.cold_start.rejection.temperature
         per_question = [["lucky", "steady", "cheap"], ["lucky", "steady", "bad"], ["bad", "bad", "bad"]]
         eps = [ep for ep in episodes for _ in range(samples)]
         return eps, [t for texts in per_question[: len(episodes)] for t in texts]
@@ -97,10 +97,7 @@ def test_one_draw_keeps_whatever_was_lucky_once(sampled):
 
 
 def test_expert_iteration_keeps_each_questions_best_mean_and_the_cheaper_of_equals(sampled):
-    rows, stats, reward = _rows(
-        "rejection_select = 'best'\nrejection_draws = 4\nrejection_temperature = 1.0\n"
-        "rejection_cost_weight = 60.0\n"
-    )
+    rows, stats, reward = _rows("select = 'best'\ndraws = 4\ntemperature = 1.0\ncost_weight = 60.0\n")
     # q0: steady and cheap both 0.875, cheap costs less; q1: steady; q2: nothing reaches 0.75 — no row.
     assert _texts(rows) == ["cheap", "steady"]
     assert stats["kept"] == 2 and stats["kept_mean_reward"] == pytest.approx(0.875)
@@ -119,8 +116,8 @@ def test_a_masked_draw_is_left_out_of_the_mean_not_zeroed():
 
 def test_repeated_draws_need_a_pool_that_draws_afresh():
     with pytest.raises(ConfigError, match="fresh_draws"):
-        parse_config(BASE.replace("fresh_draws = true", "fresh_draws = false") + "rejection_draws = 4\n")
-    assert msgspec.structs.asdict(parse_config(BASE).cold_start)["rejection_draws"] == 1
+        parse_config(BASE.replace("fresh_draws = true", "fresh_draws = false") + "draws = 4\n")
+    assert msgspec.structs.asdict(parse_config(BASE).cold_start.rejection)["draws"] == 1
 
 
 def test_stages_are_measured_at_the_temperature_the_card_serves(monkeypatch):

@@ -112,7 +112,7 @@ def test_a_lora_run_ends_with_its_adapter_measured_and_resumes_past_it(tmp_path:
         config,
         model=r(config.model, lora=LoraSection(r=4, alpha=8, dropout=0.0, target_modules="all-linear")),
         data=r(config.data, eval_questions=8, eval_samples=1),
-        cold_start=r(config.cold_start, sft_examples=64, parse_probe=8),
+        cold_start=r(config.cold_start, synthetic=r(config.cold_start.synthetic, examples=64), parse_probe=8),
         grpo=r(config.grpo, steps=2, questions_per_step=2, generations=2),
         output=r(config.output, dir=str(tmp_path / "run"), adapter_rank=12),
     )
@@ -183,7 +183,7 @@ def test_the_card_goes_beside_the_weights_with_the_bases_fingerprint(base: Path,
 
 
 def test_a_stopped_sft_resumes_from_its_newest_checkpoint(base: Path, tmp_path: Path) -> None:
-    """A session stopped mid-SFT loses at most ``sft_save_steps`` steps: the next run continues from the checkpoint
+    """A session stopped mid-SFT loses at most ``cold_start.save_steps`` steps: the next run continues from the checkpoint
     made on the same rows, and other rows start afresh."""
     from transformers import TrainerCallback
 
@@ -191,8 +191,8 @@ def test_a_stopped_sft_resumes_from_its_newest_checkpoint(base: Path, tmp_path: 
     from services.learner.config import parse_config
 
     config = parse_config(
-        f'[model]\nsource = "tiny"\npath = "{base}"\n[cold_start]\nsft_save_steps = 2\n'
-        "sft_batch_size = 2\n[model.lora]\nr = 4\n"
+        f'[model]\nsource = "tiny"\npath = "{base}"\n[cold_start]\nsave_steps = 2\n'
+        "batch_size = 2\n[model.lora]\nr = 4\n"
     )
     rows = coldstart.synthetic_rows(sim.tasks("train")[:40], load_pool_for(config), config, 12, seed=0)
 

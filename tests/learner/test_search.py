@@ -150,7 +150,7 @@ def test_a_missing_pool_file_is_a_config_error(tmp_path):
 
 def test_the_preset_loads_as_a_search_only_run():
     config = load_config(PRESET)
-    assert config.cold_start.search and not config.cold_start.sft and config.grpo.steps == 0
+    assert config.cold_start.search and not config.cold_start.synthetic and config.grpo.steps == 0
     assert (
         config.data.fresh_draws
         and not config.data.shuffle_view
@@ -174,7 +174,7 @@ def test_the_views_preset_starts_from_the_shipped_policy_on_restricted_views():
     assert Path(config.model.adapter).name == "smollm2-route"
     assert config.output.adapter_base == config.model.path  # exported against the original base
     assert config.data.k_max < len(VIEW) and 0 < config.data.full_view_fraction < 1
-    assert config.cold_start.search_reasoning == "fit_first"
+    assert config.cold_start.search.reasoning == "fit_first"
 
 
 def test_with_a_tolerance_the_cheapest_near_best_candidate_wins_whatever_it_costs():
@@ -230,7 +230,7 @@ def test_the_stage_2c_tolerance_sits_between_the_two_gaps_it_must_tell_apart():
     tolerance keeps the specialist's two steps and the frontier's three, each with a margin of at least 0.005
     reward."""
     config = load_config(PRESET.with_name("smollm2-views3.toml"))
-    tol = config.cold_start.search_tolerance
+    tol = config.cold_start.search.tolerance
     n = 1000
     full = _searched("math", {(1, 1): (0.968 * n, 0.38, n), (1, 1, 1): (0.9795 * n, 0.66, n)})
     bare = _searched("mcq", {(0, 0): (0.90 * n, 4.0, n), (0, 0, 0): (0.9225 * n, 6.4, n)})
@@ -241,15 +241,15 @@ def test_the_stage_2c_tolerance_sits_between_the_two_gaps_it_must_tell_apart():
 
 def test_the_stage_2d_preset_searches_relays_and_leaves_room_for_five_steps():
     config = load_config(PRESET.with_name("smollm2-views4.toml"))
-    assert config.cold_start.search_grammar == "relay"
-    assert config.cold_start.search_choice == "view" and config.cold_start.search_tolerance == 0.017
+    assert config.cold_start.search.grammar == "relay"
+    assert config.cold_start.search.choice == "view" and config.cold_start.search.tolerance == 0.017
     assert config.grpo.max_completion_tokens >= 300  # a five-step relay completion is about 260 tokens
 
 
 def test_an_unknown_search_grammar_is_a_config_error_naming_it(tmp_path):
     text = PRESET.with_name("smollm2-views4.toml").read_text().replace('"relay"', '"longest"', 1)
     (tmp_path / "bad.toml").write_text(text)
-    with pytest.raises(ConfigError, match="search_grammar"):
+    with pytest.raises(ConfigError, match=r"cold_start\.search\.grammar"):
         load_config(tmp_path / "bad.toml")
 
 
@@ -259,7 +259,7 @@ def test_a_log_price_keeps_the_specialists_short_chain_and_buys_a_relay_where_no
     between its calls is; on frontier, coder, small the relay frontier, small, small, frontier beats the frontier
     model checking once and five calls."""
     config = load_config(PRESET.with_name("smollm2-views5.toml"))
-    c = config.cold_start
+    c = config.cold_start.search
     n = 1000
     full = {(1, 1): (0.9718, 0.00026), (1, 4, 1): (0.9748, 0.00028), (1, 1, 1): (0.9804, 0.00045)}
     bare = {(0, 0): (0.9055, 0.0041), (0, 2, 0): (0.9185, 0.0043), (0, 2, 2, 0): (0.928, 0.0045)}
@@ -277,13 +277,13 @@ def test_a_log_price_keeps_the_specialists_short_chain_and_buys_a_relay_where_no
     picks = search.choose(
         found,
         prior=0.0,
-        cost_weight=c.search_cost_weight,
-        tolerance=c.search_tolerance,
-        by=c.search_choice,
-        cost_form=c.search_cost_form,
+        cost_weight=c.cost_weight,
+        tolerance=c.tolerance,
+        by=c.choice,
+        cost_form=c.cost_form,
     )
     assert [cand.ordinals for _, cand in picks] == [(1, 4, 1), (0, 2, 2, 0)]
-    linear = search.choose(found, prior=0.0, cost_weight=c.search_cost_weight, by="view")
+    linear = search.choose(found, prior=0.0, cost_weight=c.cost_weight, by="view")
     assert [cand.ordinals for _, cand in linear] == [
         (1, 1, 1),
         (0, 2, 0, 2, 0),

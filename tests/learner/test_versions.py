@@ -306,8 +306,8 @@ def test_the_data_directory_has_a_safe_default():
 def test_a_learning_rate_that_destroys_the_model_is_refused():
     with pytest.raises(ConfigError, match=r"grpo\.learning_rate"):
         parse_config("[grpo]\nlearning_rate = 10\n")
-    with pytest.raises(ConfigError, match=r"cold_start\.sft_learning_rate"):
-        parse_config("[cold_start]\nsft_learning_rate = 0.5\n")
+    with pytest.raises(ConfigError, match=r"cold_start\.learning_rate"):
+        parse_config("[cold_start]\nlearning_rate = 0.5\n")
 
 
 @pytest.mark.nats

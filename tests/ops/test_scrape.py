@@ -226,12 +226,11 @@ name = "sim"
 domains = ["math"]
 
 [cold_start]
-sft = true
-sft_examples = 16
-sft_batch_size = 8
-topologies = ["single"]
-rejection = false
+batch_size = 8
 parse_probe = 2
+[cold_start.synthetic]
+examples = 16
+topologies = ["single"]
 
 [grpo]
 steps = 3
