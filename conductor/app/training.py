@@ -56,17 +56,26 @@ def local_rollouts(
 
 
 def add_train_command(sub: Any) -> None:
-    p = sub.add_parser("train", help="train the Conductor policy (cold start, then GRPO) from a config file")
-    p.add_argument(
-        "--config", required=True, help="a learner TOML file, e.g. services/learner/presets/tiny-sim.toml"
+    p = sub.add_parser(
+        "train",
+        help="train the Conductor policy from a config file, or reproduce a shipped one from its recipe",
+    )
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--config", help="a learner TOML file, e.g. services/learner/presets/tiny-sim.toml")
+    which.add_argument(
+        "--recipe",
+        help="a recipe's name (services/learner/presets/, e.g. smollm2-replay): every stage in order, each "
+        "starting from the previous one's run under runs/<recipe>/",
     )
     p.add_argument(
-        "--resume", action="store_true", help="continue the run in output.dir from its last checkpoint"
+        "--resume",
+        action="store_true",
+        help="continue the run in output.dir from its last checkpoint (a recipe: skip its finished stages)",
     )
     p.add_argument(
         "--local", action="store_true", help="start the rollout services (and NATS) in this process"
     )
-    p.add_argument("--output-dir", help="override output.dir")
+    p.add_argument("--output-dir", help="override output.dir (not with --recipe: its stages' runs are fixed)")
     p.add_argument(
         "--data",
         action="append",
@@ -78,26 +87,62 @@ def add_train_command(sub: Any) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    import os
-
     import msgspec
+
+    from services.learner.config import ConfigError, load_config, with_data
+    from services.learner.recipes import load_recipe
+
+    try:
+        if args.recipe:
+            if args.output_dir:
+                raise ConfigError(
+                    "--output-dir does not apply to a recipe: its stages run under runs/<recipe>/"
+                )
+            recipe = load_recipe(args.recipe)
+            stages = [(s.name, with_data(s.config, args.data)) for s in recipe.stages]
+        else:
+            config = with_data(load_config(Path(args.config)), args.data)
+            if args.output_dir:
+                output = msgspec.structs.replace(config.output, dir=args.output_dir)
+                config = msgspec.structs.replace(config, output=output)
+            stages = [("", config)]
+    except ConfigError as exc:
+        print(f"conductor train: {exc}", file=sys.stderr)
+        return 2
+    summaries = {}
+    for name, config in stages:
+        if name and args.resume and _finished(config):
+            print(
+                f"conductor train: stage {name} finished earlier ({config.output.dir}); skipped",
+                file=sys.stderr,
+            )
+            continue
+        code, done = _train_one(config, args)
+        if code:
+            return code
+        summaries[name or config.name] = _summary(done)
+    print(json.dumps(summaries if args.recipe else next(iter(summaries.values())), indent=2, default=str))
+    return 0
+
+
+def _finished(config: Any) -> bool:
+    """A recipe stage whose result is written: its exported adapter, else its final policy."""
+    out = Path(config.output.dir)
+    if config.output.adapter_rank:
+        return (out / "adapter" / "adapter_model.safetensors").is_file()
+    return (out / "policy" / "config.json").is_file()
+
+
+def _train_one(config: Any, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    import os
 
     from services.learner import connect
     from services.learner.bridge import LoopThread
-    from services.learner.config import ConfigError, load_config, with_data
+    from services.learner.config import ConfigError
     from services.learner.pipeline import RunExistsError, run
     from services.learner.rollouts import RolloutError
     from tasks.errors import TaskError
 
-    try:
-        config = with_data(load_config(Path(args.config)), args.data)
-    except ConfigError as exc:
-        print(f"conductor train: {exc}", file=sys.stderr)
-        return 2
-    if args.output_dir:
-        config = msgspec.structs.replace(
-            config, output=msgspec.structs.replace(config.output, dir=args.output_dir)
-        )
     with _Bar() as bar, LoopThread() as loop:
         try:
             if args.local:
@@ -114,9 +159,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 )
         except (ConfigError, TaskError, RunExistsError, RolloutError) as exc:
             print(f"conductor train: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 2
-    print(json.dumps(_summary(stages), indent=2, default=str))
-    return 0
+            return 2, {}
+    return 0, stages
 
 
 def _offline_matrix(loop: Any, config: Any) -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
@@ -417,6 +417,11 @@ def parse_config(text: str) -> LearnerConfig:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"learner config is not valid TOML: {exc}") from exc
+    return parse_raw(raw)
+
+
+def parse_raw(raw: dict[str, Any]) -> LearnerConfig:
+    """A learner config from its TOML tables already read (a recipe's stage: services/learner/recipes.py)."""
     _refuse_old_data_keys(raw.get("data"))
     _refuse_old_cold_start_keys(raw.get("cold_start"))
     try:

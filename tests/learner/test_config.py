@@ -17,6 +17,7 @@ from services.learner.config import (
     load_config,
     parse_config,
 )
+from services.learner.recipes import is_recipe, load_recipe
 
 PRESETS = sorted((Path(__file__).parents[2] / "services" / "learner" / "presets").glob("*.toml"))
 
@@ -25,8 +26,9 @@ MINIMAL = '[model]\nsource = "tiny"\n'
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
 def test_every_preset_loads(path: Path) -> None:
-    config = load_config(path)
-    assert config.grpo.generations >= 2
+    """A preset is a learner config or a recipe (services/learner/recipes.py), whose every stage is one."""
+    configs = [s.config for s in load_recipe(str(path)).stages] if is_recipe(path) else [load_config(path)]
+    assert configs and all(c.grpo.generations >= 2 for c in configs)
 
 
 def test_paper_preset_has_the_papers_values() -> None:

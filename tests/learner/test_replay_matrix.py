@@ -14,19 +14,18 @@ from conductor.app.training import local_rollouts
 from conductor.pool import load_pool
 from services.learner import cascade
 from services.learner.bridge import LoopThread
-from services.learner.config import load_config
+from services.learner.recipes import load_recipe
 from services.learner.rewards import ConductorReward
 from services.learner.stream import load_run_pool, shares
 from tasks import sim
 
 pytestmark = [pytest.mark.nats, pytest.mark.timeout(600)]
 
-PRESET = Path(__file__).parents[2] / "services" / "learner" / "presets" / "smollm2-replay.toml"
 WORKERS = ["o1-mini-2024-09-12", "gpt-4o-mini-2024-07-18", "Meta-Llama-3.1-8B-Instruct"]
 
 
 def test_offline_cells_equal_the_rollout_apis(tmp_path: Path, nats_url: str, subject_prefix: str) -> None:
-    config = load_config(PRESET)
+    config = load_recipe("smollm2-replay").stages[0].config
     config = msgspec.structs.replace(config, output=msgspec.structs.replace(config.output, dir=str(tmp_path)))
     pool = load_run_pool(config)
     mix = shares(config, "train")
