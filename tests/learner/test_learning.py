@@ -1,6 +1,7 @@
 """Proof that it learns: the tiny model, cold-started, then GRPO through the real NATS rollout path on `sim`.
 
-Default tier (marked ``nats``: a real nats-server from the session fixture). The executor, planner, worker-adapter
+The tiny learning tier (``make test-learn-tiny``; marked ``learn`` and ``nats``: a real nats-server from the session
+fixture). Out of the default tier since 2026-11-28: the two runs were 13 of its 25 minutes on a loaded 2-core machine. The executor, planner, worker-adapter
 and verifier run in this process on the learner's event-loop thread (conductor/app/training.py), with the sim
 pool; the learner sends every completion to the executor's rollout subject and trains on the rewards it gets back.
 
@@ -43,6 +44,7 @@ from services.learner.bridge import LoopThread
 from services.learner.config import load_config
 
 pytestmark = [
+    pytest.mark.learn,
     pytest.mark.nats,
     pytest.mark.timeout(1800),
 ]  # ~3 min alone; 14 min measured beside a SmolLM2 run
