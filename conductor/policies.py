@@ -5,6 +5,7 @@ As tasks/registry.py is for data, ``REGISTRY`` is for trained policies: each ``R
 pool it was trained for (a file in ``tasks/data/``), its recipe (a preset in ``services/learner/presets/``) and
 where its measured results are written. ``default=True`` makes it the Conductor of every pool its card covers:
 promoting a policy is flipping that flag (one default per pool family; a test keeps each one resolving its own pool).
+Only registered policies ship: a superseded one leaves the package, its README kept in docs/history/policies/.
 
 ``covering(pool)`` is the default policy whose card covers a pool's workers (all of them or some, in any
 numbering; conductor/prompt.py ``view_refusal``): services/planner/resolution.py turns it into the Conductor that
@@ -65,7 +66,7 @@ class Registered:
     adapter: str  # the folder under conductor/data/policies/
     base: str  # the planner's CONDUCTOR_POLICY for it (a key of NEEDS)
     pool: str  # the pool file (in tasks/data/) it was trained for
-    recipe: str  # its preset, services/learner/presets/<recipe>.toml
+    recipe: str  # its recipe, services/learner/presets/<recipe>.toml (services/learner/recipes.py)
     results: str  # where its measured results are written (repository path)
     default: bool = False  # the Conductor of every pool its card covers
     note: str = ""
@@ -120,46 +121,6 @@ REGISTRY: dict[str, Registered] = {
             results=_README.format("smollm2-views3"),
             default=True,
             note="stage 2c: views of the sim pool, three frontier calls for multiple choice without a specialist",
-        ),
-        Registered(
-            name="smollm2-views2",
-            version="1",
-            adapter="smollm2-views2",
-            base=_SMOLLM2,
-            pool="sim_pool.toml",
-            recipe="smollm2-views2",
-            results=_README.format("smollm2-views2"),
-            note="stage 2b, the previous default; kept for comparison",
-        ),
-        Registered(
-            name="smollm2-views",
-            version="1",
-            adapter="smollm2-views",
-            base=_SMOLLM2,
-            pool="sim_pool.toml",
-            recipe="smollm2-views",
-            results=_README.format("smollm2-views"),
-            note="stage 2: routes by domain on the sim pool and views of it",
-        ),
-        Registered(
-            name="smollm2-route",
-            version="1",
-            adapter="smollm2-route",
-            base=_SMOLLM2,
-            pool="sim_pool.toml",
-            recipe="smollm2-route",
-            results=_README.format("smollm2-route"),
-            note="routes by domain on the sim pool's one fixed view",
-        ),
-        Registered(
-            name="smollm2-sim",
-            version="1",
-            adapter="smollm2-sim",
-            base=_SMOLLM2,
-            pool="sim_pool.toml",
-            recipe="smollm2-sim",
-            results=_README.format("smollm2-sim"),
-            note="GRPO on the sim pool (issue 12); no card",
         ),
     )
 }

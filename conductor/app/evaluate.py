@@ -110,7 +110,7 @@ def add_eval_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--policy",
-        help="the embedded planner's CONDUCTOR_POLICY (e.g. smollm2-views2, a registered policy, or "
+        help="the embedded planner's CONDUCTOR_POLICY (e.g. smollm2-views3, a registered policy, or "
         "openai:conductor-7b); default: the registered policy covering the pool, else MoA (docs/policies.md)",
     )
     p.add_argument(

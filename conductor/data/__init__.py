@@ -17,7 +17,7 @@ def shipped_policies() -> list[str]:
 
 
 def adapter_path(ref: str) -> Path:
-    """``ref`` as an adapter directory: a path, or the name of a shipped policy (``smollm2-sim``)."""
+    """``ref`` as an adapter directory: a path, or the name of a shipped policy (``smollm2-views3``)."""
     path = Path(ref)
     if path.is_dir():
         return path

@@ -59,7 +59,7 @@ class ModelSection(_Section):
     lora: LoraSection | None = None  # None: full fine-tuning
     tiny_layers: Positive = 2
     tiny_hidden: Positive = 96
-    # A LoRA adapter on the base (an exported policy directory, e.g. conductor/data/policies/smollm2-route) to
+    # A LoRA adapter on the base (an exported policy directory, e.g. conductor/data/policies/smollm2-views3) to
     # start from: merged into the base once, before the first stage, as ``start-model/`` under output.dir. The
     # run's own adapter is still exported against the base (output.adapter_base), so it carries both trainings.
     adapter: str = ""

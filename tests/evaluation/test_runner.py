@@ -55,7 +55,9 @@ def test_a_conductor_item_of_another_policy_runs_again(tmp_path: Path) -> None:
     policy, its items run again; a baseline's items do not depend on it."""
     from conductor.policies import REGISTRY
 
-    ours, other = REGISTRY["smollm2-views3"].record(), REGISTRY["smollm2-views2"].record()
+    ours = REGISTRY["smollm2-views3"].record()
+    # another policy: other weights under another name (only the default is registered now: issue 35)
+    other = msgspec.structs.replace(ours, name="smollm2-other", adapter_sha256="sha256:" + "0" * 64)
     runner = Runner(None, tmp_path, Options(policy=ours))  # type: ignore[arg-type]  # nothing is solved here
     conductor, moa = Strategy(label="conductor", policy=None), Strategy(label="moa", policy="moa")
     recorded = {0: ours, 1: other, 2: None}  # item n was planned by this policy (None: an older run's item)

@@ -12,7 +12,7 @@ from conductor.data import POLICIES
 from services.learner.app import LearnerService, LearnerSettings
 from services.learner.config import ConfigError, parse_config
 
-SHIPPED = POLICIES / "smollm2-sim"
+SHIPPED = POLICIES / "smollm2-views3"
 
 
 def _job(adapter: str):
@@ -39,8 +39,8 @@ def test_an_adapter_outside_the_data_directory_is_refused(tmp_path, escape):
 
 def test_a_shipped_policy_by_name_and_an_adapter_inside_are_placed(tmp_path):
     svc = _service(tmp_path)
-    assert svc.placed(_job("smollm2-sim"), None).model.adapter == str(SHIPPED)
-    assert svc.placed(_job("conductor/data/policies/smollm2-sim"), None).model.adapter == str(
+    assert svc.placed(_job("smollm2-views3"), None).model.adapter == str(SHIPPED)
+    assert svc.placed(_job("conductor/data/policies/smollm2-views3"), None).model.adapter == str(
         SHIPPED
     )  # presets
     _adapter(tmp_path / "adapters" / "mine")

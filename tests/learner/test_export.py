@@ -146,20 +146,20 @@ def test_the_card_goes_beside_the_weights_with_the_bases_fingerprint(base: Path,
     from conductor.policy_versions import adapter_files, fingerprint, read_card
     from conductor.prompt import view_fingerprint, worker_fingerprint
     from schemas.learner import PolicyCard
-    from services.learner.config import load_config
     from services.learner.pipeline import policy_card
+    from services.learner.recipes import load_recipe
     from services.learner.stream import load_run_pool
 
-    config = load_config(
-        Path(__file__).parents[2] / "services" / "learner" / "presets" / "smollm2-route.toml"
-    )
+    config = (
+        load_recipe("smollm2-views3").stages[0].config
+    )  # stage 1, `route` (once the preset `smollm2-route`)
     pool = load_run_pool(config)
     card = policy_card(config, pool)
     assert (card.prompt, card.temperature, card.max_tokens, card.trained_by) == (
         "task",
         0.5,
         192,
-        "smollm2-route",
+        "smollm2-views3-route",  # the recipe's run of that stage; only the last stage's is the policy's name
     )
     # Trained on the full pool in pool order: the card names that one view (a pointer into its numbering).
     assert card.view == view_fingerprint(pool.cards(pool.subset(None)))

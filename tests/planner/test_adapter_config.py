@@ -13,7 +13,7 @@ from conductor.policy_versions import VersionError, check_adapter_config, pack, 
 from services.planner.backend import adapter_card
 from services.planner.config import ConfigError, PlannerSettings
 
-SHIPPED = Path(__file__).parents[2] / "conductor" / "data" / "policies" / "smollm2-sim"
+SHIPPED = Path(__file__).parents[2] / "conductor" / "data" / "policies" / "smollm2-views3"
 
 
 def _adapter(tmp_path: Path, **changes: object) -> Path:
@@ -27,9 +27,10 @@ def _adapter(tmp_path: Path, **changes: object) -> Path:
 
 
 def test_the_shipped_adapters_pass():
-    for adapter in (SHIPPED.parent).iterdir():
-        if (adapter / "adapter_config.json").is_file():
-            assert check_adapter_config(adapter)["peft_type"] == "LORA"
+    shipped = [a for a in SHIPPED.parent.iterdir() if (a / "adapter_config.json").is_file()]
+    assert SHIPPED in shipped
+    for adapter in shipped:
+        assert check_adapter_config(adapter)["peft_type"] == "LORA"
 
 
 @pytest.mark.parametrize(

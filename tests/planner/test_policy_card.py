@@ -24,7 +24,7 @@ CARD = PolicyCard(
 )
 
 
-SHIPPED = Path(__file__).parents[2] / "conductor" / "data" / "policies" / "smollm2-sim"
+SHIPPED = Path(__file__).parents[2] / "conductor" / "data" / "policies" / "smollm2-views3"
 
 
 def _adapter(tmp_path: Path, card: PolicyCard | None = CARD) -> Path:
@@ -195,7 +195,7 @@ class _CardedPolicy:
 
 
 async def test_a_policy_trained_on_one_view_is_served_on_that_view_only(cards: list[WorkerCard]) -> None:
-    """Issue 18: a policy that learned a pointer into one numbering (the shipped smollm2-route: the five sim workers
+    """Issue 18: a policy that learned a pointer into one numbering (smollm2-route, once shipped: the five sim workers
     in pool order) plans that view; any other view — a restricted pool, another order — is the fallback baseline's,
     with the reason in the record, instead of a pointer into a numbering it never saw."""
     from conductor.prompt import view_fingerprint

