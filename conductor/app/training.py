@@ -99,19 +99,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
                     "--output-dir does not apply to a recipe: its stages run under runs/<recipe>/"
                 )
             recipe = load_recipe(args.recipe)
-            stages = [(s.name, with_data(s.config, args.data)) for s in recipe.stages]
+            stages = [(s.name, with_data(s.config, args.data), s.finished) for s in recipe.stages]
         else:
             config = with_data(load_config(Path(args.config)), args.data)
             if args.output_dir:
                 output = msgspec.structs.replace(config.output, dir=args.output_dir)
                 config = msgspec.structs.replace(config, output=output)
-            stages = [("", config)]
+            stages = [("", config, False)]
     except ConfigError as exc:
         print(f"conductor train: {exc}", file=sys.stderr)
         return 2
     summaries = {}
-    for name, config in stages:
-        if name and args.resume and _finished(config):
+    for name, config, finished in stages:
+        if args.resume and finished:
             print(
                 f"conductor train: stage {name} finished earlier ({config.output.dir}); skipped",
                 file=sys.stderr,
@@ -123,14 +123,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
         summaries[name or config.name] = _summary(done)
     print(json.dumps(summaries if args.recipe else next(iter(summaries.values())), indent=2, default=str))
     return 0
-
-
-def _finished(config: Any) -> bool:
-    """A recipe stage whose result is written: its exported adapter, else its final policy."""
-    out = Path(config.output.dir)
-    if config.output.adapter_rank:
-        return (out / "adapter" / "adapter_model.safetensors").is_file()
-    return (out / "policy" / "config.json").is_file()
 
 
 def _train_one(config: Any, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:

@@ -27,7 +27,7 @@ PRESETS = Path(__file__).parent / "presets"
 RUNS = Path("runs")
 
 STAGE_KEYS = frozenset({"name"})
-"""A stage's own keys beside its overlay."""
+"""A stage's own keys beside its overlay (its ``name`` names the stage, not the run: the recipe names runs)."""
 
 
 class RecipeError(ConfigError):
@@ -39,6 +39,13 @@ class Stage:
     name: str
     config: LearnerConfig
     out: Path  # its run directory (the config's output.dir)
+
+    @property
+    def finished(self) -> bool:
+        """Its result is written: the exported adapter, else the final policy (``conductor train --recipe
+        --resume`` skips it)."""
+        kind, where = self.result
+        return (where / ("adapter_model.safetensors" if kind == "adapter" else "config.json")).is_file()
 
     @property
     def result(self) -> tuple[str, Path]:
@@ -128,11 +135,8 @@ def _stage(
     if not isinstance(name, str) or not name:
         raise RecipeError(f"recipe {recipe}: stage {index} needs a name")
     changes = {k: v for k, v in overlay.items() if k not in STAGE_KEYS}
-    for fixed in ("name", "output.dir"):
-        table, _, key = fixed.rpartition(".")
-        where = changes.get(table, {}) if table else changes
-        if key in where:
-            raise RecipeError(f"recipe {recipe}, stage {name}: {fixed} is the recipe's to set")
+    if "dir" in changes.get("output", {}):
+        raise RecipeError(f"recipe {recipe}, stage {name}: output.dir is the recipe's to set")
     raw = merge(base, changes)
     out = runs / recipe / f"{index}-{name}"
     raw["name"] = run_name or f"{recipe}-{name}"
@@ -140,6 +144,12 @@ def _stage(
     model = dict(raw.get("model", {}))
     overlay_model = changes.get("model", {})
     if previous is not None and not ({"adapter", "path"} & set(overlay_model)):
+        c = previous.config
+        if not c.output.adapter_rank and not c.grpo.steps:
+            raise RecipeError(
+                f"recipe {recipe}: stage {previous.name} leaves nothing for stage {name} to start from: it "
+                "exports no adapter (output.adapter_rank) and runs no GRPO (its policy/)"
+            )
         kind, where = previous.result
         if kind == "adapter":
             model["adapter"] = str(where)

@@ -121,3 +121,48 @@ def test_every_registered_policy_names_a_recipe_that_loads() -> None:
         last = recipe.stages[-1].config
         assert last.output.adapter_rank, f"{policy.name}: the last stage must export an adapter"
         assert recipes.PRESETS / f"{policy.recipe}.toml" == recipes.find(policy.recipe)
+
+
+def test_a_two_stage_recipe_runs_chained_and_resumes_past_its_finished_stages(tmp_path: Path) -> None:
+    """The tiny model end to end (rewards in process, bench/fakes.py): the second stage trains from the first's
+    policy, and once both are written a resumed recipe has nothing left to run."""
+    from bench.fakes import SkillScorer
+    from services.learner import pipeline
+    from services.learner.stream import load_run_pool
+
+    text = """
+name = "tiny-chain"
+[base.model]
+source = "tiny"
+[base.data]
+eval_questions = 4
+eval_samples = 1
+[[base.data.tasks]]
+name = "sim"
+domains = ["math", "mcq"]
+[base.cold_start]
+parse_probe = 4
+[base.cold_start.synthetic]
+examples = 32
+[base.grpo]
+steps = 1
+questions_per_step = 2
+generations = 2
+[[stage]]
+name = "first"
+[[stage]]
+name = "second"
+[stage.cold_start.synthetic]
+examples = 16
+"""
+    recipe = load_recipe(str(_write(tmp_path, text)), runs=tmp_path / "runs")
+    first, second = recipe.stages
+    assert second.config.model.source == "path" and second.config.model.path == str(first.out / "policy")
+    assert not first.finished and not second.finished
+    for stage in recipe.stages:
+        done = pipeline.run(stage.config, SkillScorer(load_run_pool(stage.config)))
+        assert stage.finished, stage.name
+    assert "grpo" in done
+    assert all(s.finished for s in load_recipe(str(tmp_path / "chain.toml"), runs=tmp_path / "runs").stages)
+    with pytest.raises(RecipeError, match="stage first leaves nothing for stage second to start from"):
+        load_recipe(str(_write(tmp_path, text.replace("steps = 1\n", "steps = 0\n", 1))), runs=tmp_path)
