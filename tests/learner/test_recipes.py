@@ -134,7 +134,13 @@ def test_a_two_stage_recipe_runs_chained_and_resumes_past_its_finished_stages(tm
 name = "tiny-chain"
 [base.model]
 source = "tiny"
+threads = 1
 [base.data]
+workers = ["sim-math", "sim-knowledge"]
+k_min = 2
+k_max = 2
+few_shot = false
+rules = false
 eval_questions = 4
 eval_samples = 1
 [[base.data.tasks]]
@@ -144,10 +150,12 @@ domains = ["math", "mcq"]
 parse_probe = 4
 [base.cold_start.synthetic]
 examples = 32
+topologies = ["single"]
 [base.grpo]
 steps = 1
 questions_per_step = 2
 generations = 2
+max_completion_tokens = 48
 [[stage]]
 name = "first"
 [[stage]]
