@@ -142,7 +142,7 @@ class DataSection(_Section):
 class CascadeSection(_Section):
     """The cascade search (services/learner/cascade.py, issue 33): two-round workflows chosen exactly on a replay
     pool's recorded answers, supervised for both rounds. Each view of ``data.views`` (else the whole pool) gets its
-    own choice; ``budget`` caps its $ per question at that share of the view's most accurate single worker's."""
+    own choice, made by ``select`` (below)."""
 
     # How each view's per-set cascades are chosen. "budget": the combination of most right answers within
     # ``budget`` x the strongest single worker's $ (a knapsack over each set's efficient cascades; it over-fits a set
