@@ -14,11 +14,13 @@ best such policy on the training questions and writes it as supervised rows:
    stands), then, by what the second round is shown (tasks/finals.py: the steps agree, differ, or one stated no
    answer), either hand back (three empty lists) or one worker answers afresh. For a fixed first round the best
    action per state is chosen independently, so the search is exhaustive.
-3. **The budget.** Value = right answers − λ × $; λ is swept to find each set's efficient cascades (``frontier``),
-   and the combination of most right answers whose $ per training question is at most ``budget`` × that of the
-   view's most accurate single worker is kept (``choose``; ``[cold_start.cascade] budget``, one per view). Measured
-   (docs/results.md, "Replay"): this knapsack over-fits a set where cheapness buys little held-out accuracy; one λ
-   for all sets generalised better on the 12-model pool.
+3. **The choice.** Value = right answers − λ × $; λ is swept to find each set's efficient cascades (``frontier``).
+   ``[cold_start.cascade] select = "slack"`` keeps one λ for every set, the largest whose training accuracy is at
+   most ``slack`` points below the view's most accurate single worker; ``"budget"`` keeps the combination of most
+   right answers whose $ per training question is at most ``budget`` × that worker's (``choose``; one value per
+   view). ``escalate = "strongest"`` lets a second round call only that worker. Measured (docs/results.md,
+   "Replay"): the knapsack over-fitted GSM8K's escalation target; one λ with escalation to the strongest held on
+   held-out questions.
 4. **The rows.** For every training question and view: the round-1 prompt with the chosen first round, and the
    round-2 prompt — built exactly as the executor builds it from those answers — with the chosen action. One label
    per (set, view, state), whatever the question: a rule the policy can learn from the question's kind and the

@@ -352,13 +352,15 @@ def _cascade_rows(
         matrix_path.parent.mkdir(parents=True, exist_ok=True)
         matrix_path.write_text(json.dumps({"cells": cascade.dump_matrix(matrix), "masked": masked}))
     views = config.data.views or [workers]
-    budgets = c.budget if isinstance(c.budget, list) else [c.budget] * len(views)
-    slacks = c.slack if isinstance(c.slack, list) else [c.slack] * len(views)
+
+    def per_view(value: float | list[float]) -> list[float]:  # one value for every view, or one each
+        return value if isinstance(value, list) else [value] * len(views)
+
     choices = [
         cascade.choose(
             matrix, questions, view, budget=b, cheap=c.cheap, select=c.select, slack=sl, escalate=c.escalate
         )
-        for view, b, sl in zip(views, budgets, slacks, strict=True)
+        for view, b, sl in zip(views, per_view(c.budget), per_view(c.slack), strict=True)
     ]
     rows = cascade.rows(choices, questions, matrix, pool, config)
     if c.rows and c.rows < len(rows):
