@@ -30,6 +30,7 @@ best such policy on the training questions and writes it as supervised rows:
 from __future__ import annotations
 
 import itertools
+import random
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -455,18 +456,34 @@ def load_matrix(raw: Mapping[str, Mapping[str, Sequence[Any]]], problems: Sequen
 # --- the rows ---------------------------------------------------------------------------------------------------
 
 
+def label(worker: WorkerSpec) -> str:
+    """How a row names a worker before its number: its description up to the first colon ("OpenAI GPT-4o mini (July
+    2024)"), the words the prompt's card starts with. A policy taught the numbers alone learned them, not the view:
+    two views number the same workers one apart (docs/results.md, "Replay"); a name it copies, then looks up, is the
+    same in every view."""
+    text = (worker.description or worker.name).split(":")[0].strip()
+    return text or worker.name
+
+
+def _named(ordinals: Sequence[int], workers: Sequence[WorkerSpec]) -> str:
+    parts = [f"{label(workers[o])} is Model {o}" for o in ordinals]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
+
+
 def first_completion(first: Sequence[int], problem: Problem, workers: Sequence[WorkerSpec]) -> str:
     kind = KIND.get(problem.benchmark, "a question")
     if len(first) == 1:
-        why = f"This is {kind}. Model {first[0]} answers it alone."
+        why = f"This is {kind}. {_named(first, workers)}; it answers it alone."
     else:
-        named = ", ".join(f"Model {o}" for o in first[:-1]) + f" and Model {first[-1]}"
-        why = f"This is {kind}. {named} answer it independently; if their answers differ, a stronger model decides."
+        why = (
+            f"This is {kind}. {_named(first, workers)}; they answer it independently; if their answers differ, "
+            "a stronger model decides."
+        )
     wf = Workflow(model_id=list(first), subtasks=[SOLVE] * len(first), access_list=[[] for _ in first])
     return render_completion(why, wf)
 
 
-def second_completion(state: str, action: int | None) -> str:
+def second_completion(state: str, action: int | None, workers: Sequence[WorkerSpec]) -> str:
     said = {
         "agree": "The steps gave the same final answer",
         "differ": "The steps gave different final answers",
@@ -477,15 +494,23 @@ def second_completion(state: str, action: int | None) -> str:
             f"{said}, so the result stands.", Workflow(model_id=[], subtasks=[], access_list=[])
         )
     wf = Workflow(model_id=[action], subtasks=[SOLVE], access_list=[[]])
-    return render_completion(f"{said}, so Model {action} answers the question afresh.", wf)
+    return render_completion(f"{said}, so {_named([action], workers)}; it answers the question afresh.", wf)
 
 
 def rows(
-    choices: Sequence[Choice], problems: Sequence[Problem], matrix: Matrix, pool: Pool, config: LearnerConfig
+    choices: Sequence[Choice],
+    problems: Sequence[Problem],
+    matrix: Matrix,
+    pool: Pool,
+    config: LearnerConfig,
+    *,
+    limit: int = 0,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Round-1 and round-2 SFT rows for every question of the matrix on every chosen view."""
-    out = []
-    for choice in choices:
+    """Round-1 and round-2 SFT rows for every question of the matrix on every chosen view; with ``limit``, that many
+    drawn evenly over the groups (``balanced``)."""
+    grouped: dict[tuple[int, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for v, choice in enumerate(choices):
         view = list(choice.view)
         specs = pool.subset(view)
         for p in problems:
@@ -495,7 +520,7 @@ def rows(
             first = [view.index(w) for w in c.first]
             ep = first_round(p, view)
             text1 = first_completion(first, p, specs)
-            out.append(_row(ep, text1, pool, config))
+            grouped[(v, p.benchmark, "first")].append(_row(ep, text1, pool, config))
             answers = [
                 StepAnswer(step=k, model_id=o, answer=cells[w].answer)
                 for k, (o, w) in enumerate(zip(first, c.first, strict=True))
@@ -503,8 +528,26 @@ def rows(
             second = next_round(ep, text1, cells[c.first[-1]].response, answers)
             state = state_of(cells, c.first)
             action = c.action(state)
-            text2 = second_completion(state, None if action is None else view.index(action))
-            out.append(_row(second, text2, pool, config))
+            text2 = second_completion(state, None if action is None else view.index(action), specs)
+            grouped[(v, p.benchmark, state)].append(_row(second, text2, pool, config))
+    if limit and limit < sum(len(g) for g in grouped.values()):
+        return balanced(list(grouped.values()), limit, seed)
+    return [r for g in grouped.values() for r in g]
+
+
+def balanced(groups: Sequence[Sequence[dict[str, Any]]], limit: int, seed: int) -> list[dict[str, Any]]:
+    """``limit`` rows taken in turn from each group (view, set, round and the state a second round is shown), each
+    group shuffled: a rare state — the first round's answers differ, so the strong worker is called — gets as many
+    rows as a common one until it runs out. A uniform sample of 320 rows gave "differ" a handful, and the trained
+    policy handed back where it should escalate (docs/results.md, "Replay")."""
+    rng = random.Random(seed)
+    queues = [rng.sample(list(g), len(g)) for g in groups]
+    out: list[dict[str, Any]] = []
+    while len(out) < limit and any(queues):
+        for q in queues:
+            if q and len(out) < limit:
+                out.append(q.pop())
+    rng.shuffle(out)
     return out
 
 

@@ -163,7 +163,7 @@ class CascadeSection(_Section):
     questions: Annotated[int, Meta(ge=0)] = (
         0  # training questions in the matrix; 0: every one of the train mix
     )
-    rows: Annotated[int, Meta(ge=0)] = 0  # SFT rows kept (a seeded sample, both rounds alike); 0: all
+    rows: Annotated[int, Meta(ge=0)] = 0  # SFT rows kept, drawn evenly over (view, set, round, state); 0: all
     epochs: PositiveFloat = 2.0
 
 
@@ -370,8 +370,9 @@ class OutputSection(_Section):
     # policy/) names the original base here, so the adapter carries both runs' training.
     adapter_base: str = ""
     # The sampling temperature the policy card tells a planner to serve with; None: the training temperature
-    # (grpo.temperature). GRPO explores at 1.0; a policy it sharpened may be served cooler.
-    serve_temperature: Annotated[float, Meta(gt=0, le=2)] | None = None
+    # (grpo.temperature); 0: greedy. GRPO explores at 1.0; a policy it sharpened may be served cooler, and a supervised
+    # one that imitates a deterministic rule is served greedily.
+    serve_temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
 
 
 class LearnerConfig(_Section):

@@ -362,9 +362,7 @@ def _cascade_rows(
         )
         for view, b, sl in zip(views, per_view(c.budget), per_view(c.slack), strict=True)
     ]
-    rows = cascade.rows(choices, questions, matrix, pool, config)
-    if c.rows and c.rows < len(rows):
-        rows = random.Random(config.model.seed).sample(rows, c.rows)
+    rows = cascade.rows(choices, questions, matrix, pool, config, limit=c.rows, seed=config.model.seed)
     figures = {
         "views": [{"view": list(ch.view), **ch.figures} for ch in choices],
         "questions": len(matrix),

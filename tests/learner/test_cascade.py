@@ -16,19 +16,19 @@ POOL = """
 [[workers]]
 name = "strong"
 provider = "sim"
-description = "dear and strong"
+description = "Dear Strong (2024): dear and strong"
 [workers.sim]
 dataset = "x.jsonl"
 [[workers]]
 name = "cheap-a"
 provider = "sim"
-description = "cheap a"
+description = "Cheap A: cheap a"
 [workers.sim]
 dataset = "x.jsonl"
 [[workers]]
 name = "cheap-b"
 provider = "sim"
-description = "cheap b"
+description = "Cheap B: cheap b"
 [workers.sim]
 dataset = "x.jsonl"
 """
@@ -115,11 +115,51 @@ def test_rows_for_both_rounds_show_the_step_answers(tmp_path) -> None:
     assert len(rows) == 2 * len(problems)
     first = rows[0]["completion"][0]["content"]
     assert "answer it independently" in first and "access_list = [[], []]" in first
-    agreed, differed = rows[1], rows[3]  # q0: both right; q1: cheap-a wrong, so the two differ
-    assert "All steps gave the same final answer." in agreed["prompt"][-1]["content"]
+    shown = [r["prompt"][-1]["content"] for r in rows]
+    assert sum("All steps gave the same final answer." in t for t in shown) == 4  # q0, q3, q4, q7
+    assert sum("The steps gave different final answers." in t for t in shown) == 4  # one cheap worker wrong
+    agreed = next(r for r, t in zip(rows, shown, strict=True) if "same final answer" in t)
+    differed = next(r for r, t in zip(rows, shown, strict=True) if "different final answers" in t)
     assert "model_id = []" in agreed["completion"][0]["content"]
     assert "The steps gave different final answers." in differed["prompt"][-1]["content"]
     assert "model_id = [0]" in differed["completion"][0]["content"]  # the strong worker, Model 0 of the view
+    # each worker is named, by its card's first words, before its number: what stays the same across views
+    assert "Cheap A is Model 1 and Cheap B is Model 2; they answer it independently" in first
+    assert (
+        "so Dear Strong (2024) is Model 0; it answers the question afresh."
+        in differed["completion"][0]["content"]
+    )
+
+
+def test_the_same_worker_keeps_its_name_in_a_view_that_numbers_it_otherwise(tmp_path) -> None:
+    problems, matrix = _matrix(8)
+    pool = parse_pool(POOL, base_dir=str(tmp_path))
+    config = parse_config('name = "t"\n[model]\npath = "m"\n[grpo]\nsteps = 0\n')
+    wide = cascade.choose(matrix, problems, ["strong", "cheap-a", "cheap-b"], budget=0.8, cheap=3)
+    narrow = cascade.choose(matrix, problems, ["cheap-a", "cheap-b"], budget=1.0, cheap=3)
+    got = cascade.rows([wide, narrow], problems, matrix, pool, config)
+    texts = [r["completion"][0]["content"] for r in got]
+    assert any("Cheap A is Model 1" in t for t in texts) and any("Cheap A is Model 0" in t for t in texts)
+
+
+def test_a_row_limit_draws_evenly_over_view_set_round_and_state(tmp_path) -> None:
+    problems, matrix = _matrix(40)  # 40 first-round rows; second round: 20 agree, 20 differ
+    pool = parse_pool(POOL, base_dir=str(tmp_path))
+    config = parse_config('name = "t"\n[model]\npath = "m"\n[grpo]\nsteps = 0\n')
+    choice = cascade.choose(matrix, problems, ["strong", "cheap-a", "cheap-b"], budget=0.8, cheap=3)
+    every = cascade.rows([choice], problems, matrix, pool, config)
+    assert len(every) == 80
+    got = cascade.rows([choice], problems, matrix, pool, config, limit=30, seed=1)
+    assert len(got) == 30 and all(r in every for r in got)
+    last = [r["prompt"][-1]["content"] for r in got]
+    differ = sum("different final answers" in t for t in last)
+    agree = sum("same final answer" in t for t in last)
+    assert (differ, agree, 30 - differ - agree) == (10, 10, 10)
+    assert got == cascade.rows([choice], problems, matrix, pool, config, limit=30, seed=1)  # seeded
+    rare = [every[0]]  # a group smaller than its share gives all it has; the others fill the rest
+    assert len(cascade.balanced([rare, every[1:40]], 10, 0)) == 10 and every[0] in cascade.balanced(
+        [rare, every[1:40]], 10, 0
+    )
 
 
 def test_slack_keeps_the_cheapest_rule_within_that_many_points_of_the_strongest() -> None:
