@@ -58,3 +58,27 @@ async def test_an_answer_before_the_deadline_cancels_nothing():
     async with answer_timeout(0.2):
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.3)  # the deadline's timer is gone: nothing is cancelled later
+
+
+async def test_a_cancel_from_elsewhere_stays_a_cancel():
+    """Only the deadline's own cancel becomes ``TimeoutError``; a caller's cancel (shutdown, the server's watch)
+    goes through as it is."""
+
+    async def wait() -> None:
+        async with answer_timeout(5):
+            await asyncio.sleep(5)
+
+    task = asyncio.create_task(wait())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_an_answer_timeout_is_entered_once():
+    timer = answer_timeout(0.2)
+    async with timer:
+        pass
+    with pytest.raises(RuntimeError):
+        async with timer:
+            pass
