@@ -211,33 +211,56 @@ _BEAT = {BEAT_HEADER: "1"}
 
 
 class PendingCall:
-    """One outstanding request on the requester's side: its reply future and, when it asked for beats, the
-    timeout each beat pushes back (``asyncio.Timeout.reschedule``: no task or timer per beat)."""
+    """One outstanding request on the requester's side: its reply future and, when it asked for beats, how long
+    it may stay silent. One timer per call: a beat only notes when it was heard, and the timer, when it comes
+    round, either fails the future (``TimeoutError`` at ``end``, ``ResponderLost`` after ``silence_s`` without a
+    beat) or waits on to what the last beat allows. The waiting task is never cancelled for it."""
 
-    __slots__ = ("end", "future", "silence_s", "timer")
+    __slots__ = ("end", "future", "heard_at", "silence_s", "timer", "what")
 
     def __init__(self, future: asyncio.Future[Msg], silence_s: float | None) -> None:
         self.future = future
         self.silence_s = silence_s
-        self.timer: asyncio.Timeout | None = None
+        self.timer: asyncio.TimerHandle | None = None
         self.end = 0.0
+        self.heard_at = 0.0
+        self.what = ""
 
     def heard(self) -> None:
         """A beat arrived: the responder lives; give it another ``silence_s``."""
-        if self.timer is not None and self.silence_s is not None and not self.future.done():
-            self.timer.reschedule(min(self.end, asyncio.get_running_loop().time() + self.silence_s))
+        if self.silence_s is not None and not self.future.done():
+            self.heard_at = asyncio.get_running_loop().time()
+
+    def _due_at(self) -> float:
+        return self.end if self.silence_s is None else min(self.end, self.heard_at + self.silence_s)
+
+    def _due(self) -> None:
+        self.timer = None
+        if self.future.done():
+            return
+        loop = self.future.get_loop()
+        due = self._due_at()
+        if loop.time() < due:  # a beat came in the meantime
+            self.timer = loop.call_at(due, self._due)
+        elif due < self.end:
+            lost = ResponderLost(f"no reply and no beat for {self.silence_s:g} s from {self.what}")
+            self.future.set_exception(lost)
+        else:
+            self.future.set_exception(TimeoutError())
 
     async def reply(self, timeout: float, what: str) -> Msg:
         """The reply; ``TimeoutError`` after ``timeout``, ``ResponderLost`` after ``silence_s`` without a beat."""
-        loop = asyncio.get_running_loop()
-        self.end = loop.time() + timeout
-        first = self.end if self.silence_s is None else min(self.end, loop.time() + self.silence_s)
+        loop = self.future.get_loop()
+        now = loop.time()
+        self.end, self.heard_at, self.what = now + timeout, now, what
+        self.timer = loop.call_at(self._due_at(), self._due)
         try:
-            async with asyncio.timeout_at(first) as timer:
-                self.timer = timer
-                return await self.future
-        except TimeoutError:
-            when = timer.when()
-            if when is not None and when < self.end:
-                raise ResponderLost(f"no reply and no beat for {self.silence_s:g} s from {what}") from None
+            return await self.future
+        except asyncio.CancelledError:
+            if self.future.done() and not self.future.cancelled():
+                self.future.exception()  # failed by the timer as the task was cancelled: retrieved, not logged
             raise
+        finally:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
