@@ -41,3 +41,20 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
     return structlog.get_logger(name)
+
+
+class bound_contextvars:  # lower case: a drop-in for ``structlog.contextvars.bound_contextvars``
+    """``with bound_contextvars(task_id=...)``: these keys in every log line inside the block, as structlog's own
+    context manager, for a fraction of its cost on a per-request path (structlog's copies the whole context to
+    save what it overrides; here each variable's token restores it)."""
+
+    __slots__ = ("_kw", "_tokens")
+
+    def __init__(self, **kw: object) -> None:
+        self._kw = kw
+
+    def __enter__(self) -> None:
+        self._tokens = structlog.contextvars.bind_contextvars(**self._kw)
+
+    def __exit__(self, *exc: object) -> None:
+        structlog.contextvars.reset_contextvars(**self._tokens)

@@ -29,6 +29,7 @@ import structlog
 
 from conductor import tracing
 from conductor.liveness import current_deadline, expired
+from conductor.logging import bound_contextvars
 from conductor.pool import Pool
 from conductor.reward import judge, policy_parsed
 from schemas.errors import ErrorCode, ErrorInfo
@@ -256,7 +257,7 @@ class Executor:
             tenant=tenant,
         )
         with (
-            structlog.contextvars.bound_contextvars(task_id=task_id),
+            bound_contextvars(task_id=task_id),
             tracing.span("task", attributes={"conductor.task_id": task_id, "conductor.durable": durable}),
         ):
             result = await run.run()

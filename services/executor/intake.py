@@ -44,6 +44,7 @@ from nats.aio.msg import Msg
 
 from conductor import metrics
 from conductor.aio import stop_task
+from conductor.logging import bound_contextvars
 from conductor.pool import Pool
 from conductor.wire import WireError, decode
 from schemas.errors import ErrorCode, ErrorInfo
@@ -155,7 +156,7 @@ class Intake:
         task_id = req.task_id or fallback_id
         req = msgspec.structs.replace(req, task_id=task_id)
         key = task_key(tenant, task_id)
-        with structlog.contextvars.bound_contextvars(task_id=task_id, tenant=tenant, delivery=delivered):
+        with bound_contextvars(task_id=task_id, tenant=tenant, delivery=delivered):
             existing = await self.store.result(key)
             if existing is not None:
                 await self._finish(msg, tenant, existing, counted=False)

@@ -11,6 +11,7 @@ from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
 from conductor.endpoints import Requester, serve
+from conductor.logging import bound_contextvars
 from schemas.plan import PLAN, PlanReply, PlanRequest
 from schemas.work import WORK, WorkReply, WorkRequest
 from services.planner.backend import build_policy, endpoint_check
@@ -92,7 +93,7 @@ class PlannerService:
     async def handle_plan(self, req: PlanRequest) -> PlanReply:
         """A workflow for the request (bad input was answered by ``serve`` before it got here)."""
         started = time.monotonic()
-        with structlog.contextvars.bound_contextvars(task_id=req.task_id, round=req.round):
+        with bound_contextvars(task_id=req.task_id, round=req.round):
             reply = await self.planner.plan(req)
             metrics.plan_finished(reply, time.monotonic() - started)
             log.info(

@@ -9,6 +9,7 @@ from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
 from conductor.endpoints import serve
+from conductor.logging import bound_contextvars
 from conductor.pool import Pool, load_pool
 from schemas.work import WORK, WORK_SUBJECT, WorkReply, WorkRequest
 from services.worker_adapter.config import WorkerAdapterSettings, api_keys, check_keys, missing_keys
@@ -74,7 +75,7 @@ class WorkerAdapterService:
     async def handle_work(self, req: WorkRequest) -> WorkReply:
         """One worker call; provider failures are typed errors in the reply."""
         assert self.adapter is not None, "service not started"
-        with structlog.contextvars.bound_contextvars(task_id=req.task_id, round=req.round, step=req.step):
+        with bound_contextvars(task_id=req.task_id, round=req.round, step=req.step):
             reply = await self.adapter.call(req)
             log.info(
                 "work done",
