@@ -23,6 +23,7 @@ would only re-sample what the first round already did.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Literal
 
@@ -81,7 +82,10 @@ class BaselineSpec(msgspec.Struct, frozen=True, kw_only=True):
 _SPEC = re.compile(r"(?P<kind>[a-z]+)(?::(?P<count>\d{1,3}))?(?:@(?P<worker>\d{1,3}))?")
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_baseline(spec: str) -> BaselineSpec:
+    """The spec a string names (module docstring); remembered per string, as requests name a few again and again
+    (a ``BaselineSpec`` is immutable). A spec that does not parse raises ``BaselineError`` every time."""
     m = _SPEC.fullmatch(spec.strip())
     if m is None or m.group("kind") not in KINDS:
         raise BaselineError(
@@ -106,7 +110,17 @@ class BaselinePlan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def plan_baseline(spec: BaselineSpec, *, n_workers: int, max_steps: int) -> BaselinePlan:
-    """The baseline's workflow for a pool of ``n_workers`` under ``max_steps``."""
+    """The baseline's workflow for a pool of ``n_workers`` under ``max_steps``. A pure function of its arguments,
+    built and rendered once for each (the planner's per-request path); each call gets lists of its own."""
+    plan = _plan_baseline(spec, n_workers, max_steps)
+    wf = plan.workflow
+    access = [a if isinstance(a, str) else list(a) for a in wf.access_list]
+    workflow = Workflow(model_id=list(wf.model_id), subtasks=list(wf.subtasks), access_list=access)
+    return BaselinePlan(reasoning=plan.reasoning, workflow=workflow, completion=plan.completion)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_baseline(spec: BaselineSpec, n_workers: int, max_steps: int) -> BaselinePlan:
     worker = spec.worker or 0
     if not 0 <= worker < n_workers:
         raise BaselineError(f"{spec.name}: worker {worker} is outside the pool (0..{n_workers - 1})")
