@@ -89,3 +89,13 @@ def test_handback_is_three_empty_lists_that_parse() -> None:
     p = handback("moa")
     assert len(p.workflow) == 0
     assert len(parse_completion(p.completion, n_workers=1, allow_empty=True).workflow) == 0
+
+
+def test_a_remembered_plan_is_never_shared():
+    """Plans are built once per (spec, pool size, step cap); each caller still gets lists of its own."""
+    first = plan_baseline(parse_baseline("moa:2"), n_workers=3, max_steps=4)
+    first.workflow.model_id.append(9)
+    first.workflow.access_list[-1] = [0]
+    again = plan_baseline(parse_baseline("moa:2"), n_workers=3, max_steps=4)
+    assert again.workflow.model_id == [0, 1, 0] and again.workflow.access_list[-1] == "all"
+    assert again.completion == first.completion
