@@ -452,6 +452,7 @@ class _TaskRun:
             caller=self.steps,
             halt=self._halt,
             step_done=self._step_done,
+            saves=self._checkpoint is not None,
         )
 
     async def _step_done(self, record: StepRecord) -> None:

@@ -120,9 +120,15 @@ async def run_round(
     caller: StepCaller,
     halt: Callable[[], ErrorInfo | None],
     step_done: Callable[[StepRecord], Awaitable[None]],
+    saves: bool = True,
 ) -> RoundOutcome:
     """Run ``wf``'s steps but those ``finished`` before a restart (not run again). A step whose access is ``all``
-    sees ``previous_answer`` (the earlier round's) first; each successful step is handed to ``step_done``."""
+    sees ``previous_answer`` (the earlier round's) first; each successful step is handed to ``step_done``.
+
+    Each step runs as a task of its own, so that independent steps overlap and the next step's call overlaps
+    ``step_done``'s checkpoint write (``saves``). A chain (each step sees the one before, so none can overlap)
+    whose ``step_done`` writes nothing runs its steps one after another in this task: the same order and the same
+    inputs, without a task per step, and a step's progress event leaves in one write with the next step's call."""
     n = len(wf)
     loop = asyncio.get_running_loop()
     done: list[asyncio.Future[StepRecord]] = [loop.create_future() for _ in range(n)]
@@ -156,16 +162,25 @@ async def run_round(
         done[i].set_result(record)
         await step_done(record)
 
-    tasks = [asyncio.create_task(run_step(i)) for i in range(n)]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
+    if not saves and _chained(wf):
+        for i in range(n):
+            await run_step(i)
+    else:
+        tasks = [asyncio.create_task(run_step(i)) for i in range(n)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
     steps = [f.result() for f in done]
     if stop_error:
         return RoundOutcome(steps, None, stop_error[0])
     return RoundOutcome(steps, steps[-1].response, None)
+
+
+def _chained(wf: Workflow) -> bool:
+    """Whether every step sees the step before it: no two steps of ``wf`` can run at once."""
+    return all(a == "all" or i - 1 in a for i, a in enumerate(wf.access_list) if i > 0)
 
 
 def best_so_far(steps: list[StepRecord]) -> str | None:
