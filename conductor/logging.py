@@ -10,14 +10,16 @@ import structlog
 from conductor import tracing
 
 _configured = False
+_min_level = logging.NOTSET  # what configure_logging let through; unconfigured, structlog writes every level
 
 
 def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
     """Idempotent. ``json=None`` picks JSON when stderr is not a terminal (containers, CI)."""
-    global _configured
+    global _configured, _min_level
     if _configured:
         return
     _configured = True
+    _min_level = logging.getLevelName(level.upper())
     if json is None:
         json = not sys.stderr.isatty()
     shared: list[structlog.typing.Processor] = [
@@ -37,6 +39,12 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
     )
     # FastStream and nats-py log through stdlib logging; keep them quiet unless asked.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+
+
+def info_enabled() -> bool:
+    """Whether info lines are written. An info line on a per-request path is guarded by it: a filtered line costs
+    nothing to write, but its arguments are still built and the logger proxy still resolved on every request."""
+    return _min_level <= logging.INFO
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

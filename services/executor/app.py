@@ -23,6 +23,7 @@ from conductor.access import inbox_prefix
 from conductor.credentials import user_of
 from conductor.endpoints import request_subject, serve
 from conductor.liveness import WIND_DOWN_S
+from conductor.logging import info_enabled
 from conductor.pool import Pool, load_pool
 from schemas.rollout import ROLLOUT, RolloutBatch, RolloutBatchResult
 from schemas.solve import CANCEL, SOLVE, SOLVE_SUBJECT, CancelRequest, SolveRequest, SolveResult, valid_tenant
@@ -149,9 +150,13 @@ class ExecutorService:
         with self.cancels.watch(tenant, req) as cancel:
             result = await self.executor.solve(req, tenant=tenant, checkpoint=checkpoint, cancel=cancel)
         result = msgspec.structs.replace(result, tenant=tenant, key=req.key)
-        log.info(
-            "task finished", task_id=result.task_id, tenant=tenant, error=result.error and result.error.code
-        )
+        if info_enabled():
+            log.info(
+                "task finished",
+                task_id=result.task_id,
+                tenant=tenant,
+                error=result.error and result.error.code,
+            )
         metrics.task_finished(result, SOLVE_SUBJECT)
         return result
 

@@ -11,7 +11,7 @@ from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
 from conductor.endpoints import Requester, serve
-from conductor.logging import bound_contextvars
+from conductor.logging import bound_contextvars, info_enabled
 from schemas.plan import PLAN, PlanReply, PlanRequest
 from schemas.work import WORK, WorkReply, WorkRequest
 from services.planner.backend import build_policy, endpoint_check
@@ -96,14 +96,15 @@ class PlannerService:
         with bound_contextvars(task_id=req.task_id, round=req.round):
             reply = await self.planner.plan(req)
             metrics.plan_finished(reply, time.monotonic() - started)
-            log.info(
-                "planned",
-                policy=reply.policy,
-                steps=len(reply.workflow) if reply.workflow else None,
-                attempts=reply.attempts,
-                fallback=reply.fallback_used,
-                error=reply.error and reply.error.code,
-            )
+            if info_enabled():
+                log.info(
+                    "planned",
+                    policy=reply.policy,
+                    steps=len(reply.workflow) if reply.workflow else None,
+                    attempts=reply.attempts,
+                    fallback=reply.fallback_used,
+                    error=reply.error and reply.error.code,
+                )
         return reply
 
 

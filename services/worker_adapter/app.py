@@ -9,7 +9,7 @@ from faststream.nats import NatsBroker, NatsRouter
 
 from conductor import metrics
 from conductor.endpoints import serve
-from conductor.logging import bound_contextvars
+from conductor.logging import bound_contextvars, info_enabled
 from conductor.pool import Pool, load_pool
 from schemas.work import WORK, WORK_SUBJECT, WorkReply, WorkRequest
 from services.worker_adapter.config import WorkerAdapterSettings, api_keys, check_keys, missing_keys
@@ -77,13 +77,14 @@ class WorkerAdapterService:
         assert self.adapter is not None, "service not started"
         with bound_contextvars(task_id=req.task_id, round=req.round, step=req.step):
             reply = await self.adapter.call(req)
-            log.info(
-                "work done",
-                worker=req.worker,
-                attempts=reply.attempts,
-                latency_s=round(reply.latency_s, 3),
-                error=reply.error and reply.error.code,
-            )
+            if info_enabled():
+                log.info(
+                    "work done",
+                    worker=req.worker,
+                    attempts=reply.attempts,
+                    latency_s=round(reply.latency_s, 3),
+                    error=reply.error and reply.error.code,
+                )
         metrics.work_finished(req, reply, WORK_SUBJECT)
         return reply
 
