@@ -121,6 +121,7 @@ _REVIEWING = (
 
 _OWN = "\x00own"  # keys no normalised answer can equal
 _TRUTH = "\x00truth"
+_BRACE = {"{": 1, "}": -1}
 _BOXED = re.compile(r"\\boxed\{")
 _ANSWER_LINE = re.compile(r"(?im)^\s*(?:final answer|answer)\s*[:：]\s*(.+?)\s*$")
 _PROGRAM = re.compile(r"(?s)```(?:python|py)?[ \t]*\n(.*?)```")
@@ -134,6 +135,12 @@ class QuestionRecord(msgspec.Struct, frozen=True, kw_only=True):
     id: str = ""
 
 
+FOUND_KEPT = 1024
+FOUND_KEPT_CHARS = 4096
+"""A dataset remembers the question of up to FOUND_KEPT prompt texts of up to FOUND_KEPT_CHARS characters each,
+then starts over: a few MiB at most."""
+
+
 class Dataset:
     """The questions one sim worker knows, indexed for finding a question inside a prompt."""
 
@@ -142,6 +149,7 @@ class Dataset:
         self._by_prefix: dict[str, list[QuestionRecord]] = {}
         for r in self.records:
             self._by_prefix.setdefault(r.question[:48], []).append(r)
+        self._found: dict[str, QuestionRecord | None] = {}  # ``find``'s answers, up to FOUND_KEPT texts
 
     @classmethod
     def load(cls, path: Path) -> Dataset:
@@ -155,7 +163,20 @@ class Dataset:
             ) from exc
 
     def find(self, text: str) -> QuestionRecord | None:
-        """The longest known question inside ``text``; the common question-first prompt is a dictionary hit."""
+        """The longest known question inside ``text``; the common question-first prompt is a dictionary hit, and
+        a text seen before (a task's first user turn, asked of every step) is remembered."""
+        try:
+            return self._found[text]
+        except KeyError:
+            pass
+        found = self._search(text)
+        if len(text) <= FOUND_KEPT_CHARS:
+            if len(self._found) >= FOUND_KEPT:
+                self._found.clear()
+            self._found[text] = found
+        return found
+
+    def _search(self, text: str) -> QuestionRecord | None:
         hits = [r for r in self._by_prefix.get(text[:48], []) if text.startswith(r.question)]
         if not hits:
             hits = [r for r in self.records if r.question in text]
@@ -190,7 +211,7 @@ def _boxed(text: str) -> str | None:
         return None
     depth, i = 1, starts[-1]
     while i < len(text):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        depth += _BRACE.get(text[i], 0)
         if depth == 0:
             return text[starts[-1] : i]
         i += 1
