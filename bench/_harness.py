@@ -67,9 +67,14 @@ class Processes:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[str]] = []
 
-    def serve(self, services: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    def serve(
+        self, services: str, env: dict[str, str], *, python: list[str] | None = None
+    ) -> subprocess.Popen[str]:
+        """``python``: the interpreter's command line up to the program (default: this interpreter; a benchmark
+        may pass ``[sys.executable, "-X", "tracemalloc=8", "-c", LAUNCHER]``, whose program then reads argv)."""
+        argv = [*(python or [sys.executable, "-m", "conductor.app.cli"]), "serve", services]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "conductor.app.cli", "serve", services],
+            argv,
             env={**os.environ, "CONDUCTOR_LOG_LEVEL": "WARNING", **env},
             stderr=subprocess.PIPE,
             text=True,
