@@ -273,8 +273,26 @@ class Executor:
             log.warning("progress event not published", kind=event.kind, error=repr(exc))
 
 
+class _Progress:
+    """Where one task's progress events go: its tenant's subject, unless its request turned them off (``on``).
+
+    The step caller holds this, not a bound method of ``_TaskRun``, which holds the step caller: without that
+    reference cycle a finished task (its state, records and request) is freed by reference counting the moment it
+    ends, instead of waiting for the garbage collector, which the tuned thresholds run rarely
+    (conductor/app/process.py): at 5,000 tasks in flight such garbage grew the executor by ~5 MiB a second."""
+
+    __slots__ = ("ex", "on", "tenant")
+
+    def __init__(self, ex: Executor, tenant: str | None, on: bool) -> None:
+        self.ex, self.tenant, self.on = ex, tenant, on
+
+    async def __call__(self, event: ProgressEvent) -> None:
+        if self.on:
+            await self.ex.progress(self.tenant, event)
+
+
 class _TaskRun:
-    """One delivery of one task."""
+    """One delivery of one task. Nothing it owns refers back to it (``_Progress``)."""
 
     def __init__(
         self,
@@ -290,6 +308,7 @@ class _TaskRun:
     ) -> None:
         self.ex = ex
         self.tenant = tenant
+        self._progress = _Progress(ex, tenant, state.request.progress)
         # The worker-call ledger's name for the task (services/worker_adapter/ledger.py): the tenant's own.
         self.call_id = task_key(tenant, state.task_id) if tenant else state.task_id
         self.source = source
@@ -319,7 +338,7 @@ class _TaskRun:
             durable=durable,
             work_timeout_s=ex.settings.work_timeout_s,
             meter=self.meter,
-            emit=self.emit,
+            emit=self._progress,
         )
 
     def _halt(self) -> ErrorInfo | None:
@@ -337,8 +356,7 @@ class _TaskRun:
 
     async def emit(self, event: ProgressEvent) -> None:
         """The one place a task's progress events go out, unless its request turned them off."""
-        if self.req.progress:
-            await self.ex.progress(self.tenant, event)
+        await self._progress(event)
 
     async def save(self) -> None:
         if self._checkpoint is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import msgspec
 import pytest
 
@@ -14,7 +16,7 @@ from schemas.plan import PlanReply, Workflow
 from schemas.solve import Budget, SolveRequest
 from schemas.verify import Outcome
 from services.executor.config import ExecutorSettings
-from services.executor.core import Executor
+from services.executor.core import Executor, TaskState
 from services.executor.messages import PREVIOUS_ROUND_SUBTASK, build_messages, granted_steps
 from services.executor.validation import validate
 from tests.executor.fakes import ScriptedTransport
@@ -91,6 +93,20 @@ async def test_three_step_workflow_answer_usage_and_progress():
     kinds = [e.kind for e in t.events]
     assert kinds[0] == "planned" and kinds.count("step_done") == 3 and kinds[-1] == "done"
     assert t.plan_requests[0].workers[0].name is None  # names hidden by default
+
+
+@pytest.mark.parametrize("access", [[[], [0], [1]], [[], [], "all"]], ids=["chain", "fan-in"])
+async def test_a_finished_task_is_freed_without_the_garbage_collector(access):
+    """No reference cycle holds a task's state once it has ended: the executor's tuned collector runs rarely, and
+    every finished task waiting for it is memory (conductor/app/process.py)."""
+    gc.collect()
+    gc.disable()
+    try:
+        res = await run(ScriptedTransport([wf([0, 1, 2], access)]))
+        assert res.error is None
+        assert not [o for o in gc.get_objects() if isinstance(o, TaskState)]
+    finally:
+        gc.enable()
 
 
 async def test_independent_steps_overlap_dependent_steps_wait():
