@@ -43,7 +43,6 @@ from conductor.settings import CommonSettings, SettingsError
 from evaluation import routing, table
 from evaluation.errors import EvalError, ServiceUnreachableError
 from evaluation.records import ItemResult, Key
-from evaluation.report import write_report
 from evaluation.routers import RouterSpec
 from evaluation.runner import Job, Options, Runner, plan
 from evaluation.simanswers import run_pool
@@ -361,6 +360,8 @@ def finish(
     results = table.with_aiq(table.summarize(items, benches, strategies, meta, versions))
     results = msgspec.structs.replace(results, policy=policy)
     table.write(results, out)
+    from evaluation.report import write_report  # matplotlib: ~50 MiB that no `conductor serve` process needs
+
     report = write_report(out, results, items, title="Conductor eval")
     console.print(table.rich_table(results))
     console.print(
