@@ -13,9 +13,8 @@ waiting for a slot), so the task stops before its first call when it starts.
 from __future__ import annotations
 
 import collections
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from schemas.errors import ErrorCode, ErrorInfo
 from schemas.solve import CANCEL_SUBJECT_PREFIX, SolveRequest
@@ -63,26 +62,10 @@ class Cancels:
         # tenant -> task id -> (until when, reason), oldest first
         self._asked: dict[str, collections.OrderedDict[str, tuple[float, str]]] = {}
 
-    @contextlib.contextmanager
-    def watch(self, tenant: str | None, req: SolveRequest) -> Iterator[Cancel]:
-        """The cancellation of ``tenant``'s ``req`` while it runs (one that can never be set without a tenant or an
-        id: nobody could name the task)."""
-        cancel = Cancel()
-        if not tenant or req.task_id is None:
-            yield cancel
-            return
-        key = (tenant, req.task_id)
-        asked = self._forget(tenant, req.task_id)
-        if asked is not None and asked[0] > self._clock():
-            cancel.set(asked[1])
-        self._running.setdefault(key, []).append(cancel)
-        try:
-            yield cancel
-        finally:
-            running = self._running[key]
-            running.remove(cancel)
-            if not running:
-                del self._running[key]
+    def watch(self, tenant: str | None, req: SolveRequest) -> _Watching:
+        """``with cancels.watch(tenant, req) as cancel``: the cancellation of ``tenant``'s ``req`` while it runs (one
+        that can never be set without a tenant or an id: nobody could name the task)."""
+        return _Watching(self, tenant, req.task_id)
 
     def cancel(self, tenant: str, task_id: str, reason: str) -> bool:
         """Mark the tenant's running task ``task_id`` cancelled; True if one runs here, else remember the cancel."""
@@ -102,6 +85,18 @@ class Cancels:
         """How many of ``tenant``'s cancels are remembered (a test and a debugging aid)."""
         return len(self._asked.get(tenant, ()))
 
+    def _enter(self, key: tuple[str, str], cancel: Cancel) -> None:
+        asked = self._forget(*key)
+        if asked is not None and asked[0] > self._clock():
+            cancel.set(asked[1])
+        self._running.setdefault(key, []).append(cancel)
+
+    def _leave(self, key: tuple[str, str], cancel: Cancel) -> None:
+        running = self._running[key]
+        running.remove(cancel)
+        if not running:
+            del self._running[key]
+
     def _forget(self, tenant: str, task_id: str) -> tuple[float, str] | None:
         asked = self._asked.get(tenant)
         if asked is None:
@@ -110,3 +105,24 @@ class Cancels:
         if not asked:
             del self._asked[tenant]
         return found
+
+
+class _Watching:
+    """``Cancels.watch``: a context manager of its own rather than a generator's, as every task in flight holds
+    one for its whole run (a generator and its frame weigh several times these three slots)."""
+
+    __slots__ = ("_cancel", "_cancels", "_key")
+
+    def __init__(self, cancels: Cancels, tenant: str | None, task_id: str | None) -> None:
+        self._cancels = cancels
+        self._key = (tenant, task_id) if tenant and task_id is not None else None
+        self._cancel = Cancel()
+
+    def __enter__(self) -> Cancel:
+        if self._key is not None:
+            self._cancels._enter(self._key, self._cancel)
+        return self._cancel
+
+    def __exit__(self, *exc: object) -> None:
+        if self._key is not None:
+            self._cancels._leave(self._key, self._cancel)

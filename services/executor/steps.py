@@ -55,53 +55,48 @@ class StepCaller:
     emit: Callable[[ProgressEvent], Awaitable[None]]
 
     async def call(self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]]) -> StepRecord:
+        """One coroutine for the whole step (each task in flight holds one per frame of its await chain)."""
         worker = self.workers[wf.model_id[i]]
         step = {"conductor.round": rnd, "conductor.step": i, "conductor.worker": worker.name}
         with tracing.span(f"step {rnd}.{i}", attributes=step) as span:
-            record = await self._call(rnd, i, wf, history, worker)
-            if span is not None and record.error is not None:
-                span.set_status(StatusCode.ERROR, record.error.code)
-            return record
-
-    async def _call(
-        self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]], worker: WorkerSpec
-    ) -> StepRecord:
-        timeout = self.work_timeout_s
-        remaining = self.meter.remaining_wall()
-        if remaining is not None:
-            timeout = min(timeout, max(remaining, 0.001))
-        started = time.monotonic()
-        reply = await self.transport.work(
-            WorkRequest(
-                worker=worker.name,
-                messages=build_messages(
-                    self.req.question, wf.subtasks[i], history, answer_format=self._answer_format(i, wf)
+            timeout = self.work_timeout_s
+            remaining = self.meter.remaining_wall()
+            if remaining is not None:
+                timeout = min(timeout, max(remaining, 0.001))
+            started = time.monotonic()
+            reply = await self.transport.work(
+                WorkRequest(
+                    worker=worker.name,
+                    messages=build_messages(
+                        self.req.question, wf.subtasks[i], history, answer_format=self._answer_format(i, wf)
+                    ),
+                    task_id=self.call_id,
+                    round=rnd,
+                    step=i,
+                    cache=self.req.cache,
+                    idempotent=self.durable,
                 ),
-                task_id=self.call_id,
-                round=rnd,
-                step=i,
-                cache=self.req.cache,
-                idempotent=self.durable,
-            ),
-            timeout=timeout,
-        )
-        reply = _answering(reply, worker.name)
-        metrics.step_finished(worker.name, reply.error, time.monotonic() - started)
-        self.meter.add(reply.usage)
-        await self.emit(
-            ProgressEvent(
-                task_id=self.task_id,
-                kind="step_done",
-                round=rnd,
-                step=i,
-                worker=worker.name,
-                subtask=wf.subtasks[i],
-                response_preview=reply.text[:200],
-                usage=reply.usage,
-                error=reply.error,
+                timeout=timeout,
             )
-        )
-        return _step_record(i, wf, worker.name, reply)
+            reply = _answering(reply, worker.name)
+            metrics.step_finished(worker.name, reply.error, time.monotonic() - started)
+            self.meter.add(reply.usage)
+            await self.emit(
+                ProgressEvent(
+                    task_id=self.task_id,
+                    kind="step_done",
+                    round=rnd,
+                    step=i,
+                    worker=worker.name,
+                    subtask=wf.subtasks[i],
+                    response_preview=reply.text[:200],
+                    usage=reply.usage,
+                    error=reply.error,
+                )
+            )
+            if span is not None and reply.error is not None:
+                span.set_status(StatusCode.ERROR, reply.error.code)
+            return _step_record(i, wf, worker.name, reply)
 
     def _answer_format(self, i: int, wf: Workflow) -> str | None:
         """The step's answer-format instruction: the pool's choice for the task's domain (conductor/answer_format.py)."""
@@ -134,19 +129,17 @@ async def run_round(
     done: list[asyncio.Future[StepRecord]] = [loop.create_future() for _ in range(n)]
     for rec in finished:
         done[rec.index].set_result(rec)
-    stop = asyncio.Event()
-    stop_error: list[ErrorInfo] = []
+    stop_error: list[ErrorInfo] = []  # the first error that stopped the round (a flag no one waits on)
 
     async def run_step(i: int) -> None:
         if done[i].done():
             return
         records = [await done[j] for j in granted_steps(i, wf.access_list[i])]
-        if stop.is_set() or any(r.error is not None for r in records):
+        if stop_error or any(r.error is not None for r in records):
             done[i].set_result(_skipped(i, wf, caller.workers))
             return
         if (stopped := halt()) is not None:
             stop_error.append(stopped)
-            stop.set()
             done[i].set_result(_skipped(i, wf, caller.workers))
             return
         history = [(r.subtask, r.response) for r in records]
@@ -154,9 +147,8 @@ async def run_round(
             history.insert(0, (PREVIOUS_ROUND_SUBTASK, previous_answer))
         record = await caller.call(rnd, i, wf, history)
         if record.error is not None:
-            if not stop.is_set():
+            if not stop_error:
                 stop_error.append(record.error)
-                stop.set()
             done[i].set_result(record)
             return
         done[i].set_result(record)
