@@ -46,7 +46,7 @@ import contextlib
 import contextvars
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -193,30 +193,28 @@ def too_large(service: str, size: int) -> ErrorInfo:
 async def answer_by(
     endpoint: Endpoint, data: bytes, deadline: float | None, subject: str | None = None
 ) -> bytes:
-    """``answer`` under the requester's deadline: not started once past it (the server's ``Watch`` cancels it when
-    it passes mid-run), and visible to the handler as ``current_deadline()``."""
-    if deadline is None:
-        return await answer(endpoint, data, subject)
-    if expired(deadline):
+    """The handler's reply, or the endpoint's typed internal error if it raised, under the requester's deadline:
+    not started once past it (the server's ``Watch`` cancels it when it passes mid-run), and visible to the handler
+    as ``current_deadline()``. ``subject``: the one the request arrived on, visible as ``request_subject()``.
+    One coroutine (every request in flight holds each frame of its await chain)."""
+    if deadline is not None and expired(deadline):
         return endpoint.on_error(deadline_error("while it was queued; it was not run"))
-    token = set_deadline(deadline)
-    try:
-        return await answer(endpoint, data, subject)
-    finally:
-        reset_deadline(token)
-
-
-async def answer(endpoint: Endpoint, data: bytes, subject: str | None = None) -> bytes:
-    """The handler's reply, or the endpoint's typed internal error if it raised. ``subject``: the one the request
-    arrived on, visible to the handler as ``request_subject()``."""
-    token = _subject.set(subject)
+    deadline_token = None if deadline is None else set_deadline(deadline)
+    subject_token = _subject.set(subject)
     try:
         return await endpoint.handler(data)
     except Exception as exc:
         log.exception("handler failed; answered with an internal error", subject=endpoint.subject)
         return endpoint.on_error(internal_error(exc))
     finally:
-        _subject.reset(token)
+        _subject.reset(subject_token)
+        if deadline_token is not None:
+            reset_deadline(deadline_token)
+
+
+def answer(endpoint: Endpoint, data: bytes, subject: str | None = None) -> Coroutine[None, None, bytes]:
+    """``answer_by`` with no deadline."""
+    return answer_by(endpoint, data, None, subject)
 
 
 def faststream_router(endpoints: Sequence[Endpoint], *, max_workers: int) -> NatsRouter:

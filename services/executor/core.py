@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -460,9 +460,10 @@ class _TaskRun:
         )
         return None, False
 
-    async def _run_round(self, rnd: int, wf: Workflow) -> RoundOutcome:
+    def _run_round(self, rnd: int, wf: Workflow) -> Coroutine[None, None, RoundOutcome]:
+        """``run_round``'s coroutine itself, not one awaiting it: one frame fewer held by every task in flight."""
         assert self.state.current is not None
-        return await run_round(
+        return run_round(
             rnd,
             wf,
             finished=self.state.current.steps,

@@ -11,6 +11,7 @@ while the long ``*_timeout_s`` bounds only a live, slow responder.
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import Protocol
 
 from faststream.nats import NatsBroker
@@ -45,16 +46,16 @@ class NatsTransport:
         self._prefix = settings.subject_prefix
         self._policy = calls or CallSettings()
 
-    async def plan(self, req: PlanRequest, timeout: float) -> PlanReply:
-        return await self._requests.call(PLAN, req, prefix=self._prefix, timeout=timeout, policy=self._policy)
+    # Each returns the requester's coroutine itself rather than one awaiting it: a frame fewer held by every task
+    # in flight (awaited the same way).
+    def plan(self, req: PlanRequest, timeout: float) -> Coroutine[None, None, PlanReply]:
+        return self._requests.call(PLAN, req, prefix=self._prefix, timeout=timeout, policy=self._policy)
 
-    async def work(self, req: WorkRequest, timeout: float) -> WorkReply:
-        return await self._requests.call(WORK, req, prefix=self._prefix, timeout=timeout, policy=self._policy)
+    def work(self, req: WorkRequest, timeout: float) -> Coroutine[None, None, WorkReply]:
+        return self._requests.call(WORK, req, prefix=self._prefix, timeout=timeout, policy=self._policy)
 
-    async def verify(self, batch: VerifyBatch, timeout: float) -> VerifyBatchResult:
-        return await self._requests.call(
-            VERIFY, batch, prefix=self._prefix, timeout=timeout, policy=self._policy
-        )
+    def verify(self, batch: VerifyBatch, timeout: float) -> Coroutine[None, None, VerifyBatchResult]:
+        return self._requests.call(VERIFY, batch, prefix=self._prefix, timeout=timeout, policy=self._policy)
 
     async def progress(self, tenant: str | None, event: ProgressEvent) -> None:
         """On the task's tenant's subject, which only that tenant may hear; a task with no tenant (a rollout) has
