@@ -451,8 +451,10 @@ class Requester:
         try:
             headers = tracing.headers(request_headers(beat_s, deadline))
             await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
-            msg = await call.reply(timeout, subject)
+            del headers
+            msg = await call.start(timeout, subject)
         finally:
+            call.close()
             self._pending.pop(token, None)
         if msg.headers and msg.headers.get(STATUS_HEADER) == NO_RESPONDERS_STATUS:
             raise nats.errors.NoRespondersError
@@ -479,7 +481,35 @@ class Requester:
         subject = prefix + contract.subject
         with tracing.span(f"request {subject}", kind=SpanKind.CLIENT, attributes=_attrs(subject)) as span:
             try:
-                msg = await self._send(subject, payload, timeout, policy)
+                if policy is None:
+                    msg = await self.request(subject, payload, timeout=timeout)
+                else:  # inline, not a coroutine of its own: every call in flight holds each frame it awaits in
+                    deadline = earliest(current_deadline(), time.time() + timeout)
+                    assert deadline is not None
+                    give_up = time.monotonic() + policy.failover_s
+                    pause = policy.retry_base_s
+                    while True:
+                        try:
+                            msg = await self.request(
+                                subject,
+                                payload,
+                                timeout=max(deadline - time.time(), 0.001),
+                                beat_s=policy.beat_s,
+                                misses=policy.beat_misses,
+                                deadline=deadline,
+                            )
+                            break
+                        except _FAIL_OVER as exc:
+                            if time.monotonic() + pause > give_up or time.time() + pause >= deadline:
+                                raise
+                            log.warning(
+                                "responder lost or missing; trying again",
+                                subject=subject,
+                                error=type(exc).__name__,
+                                pause_s=pause,
+                            )
+                            await asyncio.sleep(pause)
+                            pause = min(pause * 2, policy.retry_max_s)
             except nats.errors.MaxPayloadError:
                 return contract.failed(too_large(contract.queue, len(payload)), request)
             except _NOT_ANSWERED as exc:
@@ -490,35 +520,6 @@ class Requester:
             return _reply_decoder(contract.reply).decode(msg.data)
         except msgspec.DecodeError as exc:
             return contract.failed(malformed_reply(contract.queue, exc), request)
-
-    async def _send(self, subject: str, payload: bytes, timeout: float, policy: CallPolicy | None) -> Msg:
-        if policy is None:
-            return await self.request(subject, payload, timeout=timeout)
-        deadline = earliest(current_deadline(), time.time() + timeout)
-        assert deadline is not None
-        give_up = time.monotonic() + policy.failover_s
-        pause = policy.retry_base_s
-        while True:
-            try:
-                return await self.request(
-                    subject,
-                    payload,
-                    timeout=max(deadline - time.time(), 0.001),
-                    beat_s=policy.beat_s,
-                    misses=policy.beat_misses,
-                    deadline=deadline,
-                )
-            except _FAIL_OVER as exc:
-                if time.monotonic() + pause > give_up or time.time() + pause >= deadline:
-                    raise
-                log.warning(
-                    "responder lost or missing; trying again",
-                    subject=subject,
-                    error=type(exc).__name__,
-                    pause_s=pause,
-                )
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, policy.retry_max_s)
 
 
 _FAIL_OVER = (ResponderLost, nats.errors.NoRespondersError)  # nobody is working on it: sending again is safe

@@ -248,19 +248,22 @@ class PendingCall:
         else:
             self.future.set_exception(TimeoutError())
 
-    async def reply(self, timeout: float, what: str) -> Msg:
-        """The reply; ``TimeoutError`` after ``timeout``, ``ResponderLost`` after ``silence_s`` without a beat."""
+    def start(self, timeout: float, what: str) -> asyncio.Future[Msg]:
+        """Start the call's clock (``what`` names the responder in ``ResponderLost``) and return the future to await:
+        its reply; ``TimeoutError`` after ``timeout``, ``ResponderLost`` after ``silence_s`` without a beat. The
+        waiter awaits the future itself (no coroutine of ours per call in flight) and calls ``close`` however it
+        ends."""
         loop = self.future.get_loop()
         now = loop.time()
         self.end, self.heard_at, self.what = now + timeout, now, what
         self.timer = loop.call_at(self._due_at(), self._due)
-        try:
-            return await self.future
-        except asyncio.CancelledError:
-            if self.future.done() and not self.future.cancelled():
-                self.future.exception()  # failed by the timer as the task was cancelled: retrieved, not logged
-            raise
-        finally:
-            if self.timer is not None:
-                self.timer.cancel()
-                self.timer = None
+        return self.future
+
+    def close(self) -> None:
+        """The call is over: its timer stops; an error the timer set just as the waiter was cancelled is retrieved
+        (not logged as never retrieved)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.future.done() and not self.future.cancelled():
+            self.future.exception()
