@@ -323,7 +323,7 @@ class _TaskRun:
             wall_offset_s=state.wall_offset_s,
         )
         self._checkpoint = checkpoint
-        self._save_lock = asyncio.Lock()
+        self._save_lock = asyncio.Lock() if checkpoint is not None else None
         self.deadline = (
             current_deadline()
         )  # the solve's requester's, when it sent one (conductor/liveness.py)
@@ -359,31 +359,14 @@ class _TaskRun:
         await self._progress(event)
 
     async def save(self) -> None:
-        if self._checkpoint is None:
+        if self._checkpoint is None or self._save_lock is None:
             return
         async with self._save_lock:
             await self._checkpoint(self.state.checkpoint(self.meter.elapsed()))
 
     async def run(self) -> SolveResult:
-        st = self.state
-        error = await self._run_rounds()
-        parsed = policy_parsed(st.rounds)
-        wanted = self.cancel.reason is None and (parsed is not False or self.source.verify_unparsed)
-        verdict = await self._verify() if wanted else None  # a cancelled task's verdict has no reader
-        if isinstance(verdict, ErrorInfo):  # the verifier is down: no verdict yet, the task is retried later
-            error, verdict = verdict, None
-        return SolveResult(
-            task_id=st.task_id,
-            answer=st.answer,
-            workflows=st.rounds,
-            usage=usage_summary(st.rounds),
-            verdict=verdict,
-            reward=judge(parsed, verdict, error).value,
-            error=error,
-        )
-
-    async def _run_rounds(self) -> ErrorInfo | None:
-        """Plan (or take) and run each round in turn; the error that stopped them, if any."""
+        """Plan (or take) and run each round in turn until one stops the task, then verify the standing answer.
+        One coroutine for both (each task in flight holds every frame of its await chain)."""
         st, req = self.state, self.req
         error: ErrorInfo | None = None
         rnd = self.first_round + len(st.rounds)
@@ -413,7 +396,20 @@ class _TaskRun:
             await self.save()
             rnd += 1
         structlog.contextvars.unbind_contextvars("round")
-        return error
+        parsed = policy_parsed(st.rounds)
+        wanted = self.cancel.reason is None and (parsed is not False or self.source.verify_unparsed)
+        verdict = await self._verify() if wanted else None  # a cancelled task's verdict has no reader
+        if isinstance(verdict, ErrorInfo):  # the verifier is down: no verdict yet, the task is retried later
+            error, verdict = verdict, None
+        return SolveResult(
+            task_id=st.task_id,
+            answer=st.answer,
+            workflows=st.rounds,
+            usage=usage_summary(st.rounds),
+            verdict=verdict,
+            reward=judge(parsed, verdict, error).value,
+            error=error,
+        )
 
     def _ask(self, rnd: int) -> PlanRequest:
         """What this round's workflow depends on, as the planner would be asked it."""

@@ -57,7 +57,11 @@ class StepCaller:
     async def call(self, rnd: int, i: int, wf: Workflow, history: list[tuple[str, str]]) -> StepRecord:
         """One coroutine for the whole step (each task in flight holds one per frame of its await chain)."""
         worker = self.workers[wf.model_id[i]]
-        step = {"conductor.round": rnd, "conductor.step": i, "conductor.worker": worker.name}
+        step = (
+            {"conductor.round": rnd, "conductor.step": i, "conductor.worker": worker.name}
+            if tracing.enabled()
+            else None  # not built, nor kept in this frame for the call's length, when tracing is off
+        )
         with tracing.span(f"step {rnd}.{i}", attributes=step) as span:
             timeout = self.work_timeout_s
             remaining = self.meter.remaining_wall()
