@@ -128,50 +128,98 @@ async def run_round(
     ``step_done``'s checkpoint write (``saves``). A chain (each step sees the one before, so none can overlap)
     whose ``step_done`` writes nothing runs its steps one after another in this task: the same order and the same
     inputs, without a task per step, and a step's progress event leaves in one write with the next step's call."""
-    n = len(wf)
-    loop = asyncio.get_running_loop()
-    done: list[asyncio.Future[StepRecord]] = [loop.create_future() for _ in range(n)]
+    chained = not saves and _chained(wf)
+    state = _Round(wf, caller, halt, previous_answer, futures=not chained)
     for rec in finished:
-        done[rec.index].set_result(rec)
-    stop_error: list[ErrorInfo] = []  # the first error that stopped the round (a flag no one waits on)
+        state.settle(rec.index, rec)
 
     async def run_step(i: int) -> None:
-        if done[i].done():
+        assert state.done is not None
+        if state.records[i] is not None:  # finished before a restart
             return
-        records = [await done[j] for j in granted_steps(i, wf.access_list[i])]
-        if stop_error or any(r.error is not None for r in records):
-            done[i].set_result(_skipped(i, wf, caller.workers))
-            return
-        if (stopped := halt()) is not None:
-            stop_error.append(stopped)
-            done[i].set_result(_skipped(i, wf, caller.workers))
-            return
-        history = [(r.subtask, r.response) for r in records]
-        if previous_answer is not None and wf.access_list[i] == "all":
-            history.insert(0, (PREVIOUS_ROUND_SUBTASK, previous_answer))
-        record = await caller.call(rnd, i, wf, history)
-        if record.error is not None:
-            if not stop_error:
-                stop_error.append(record.error)
-            done[i].set_result(record)
-            return
-        done[i].set_result(record)
-        await step_done(record)
+        seen = [await state.done[j] for j in granted_steps(i, wf.access_list[i])]
+        if (history := state.begin(i, seen)) is not None:
+            record = await caller.call(rnd, i, wf, history)
+            if state.end(i, record):
+                await step_done(record)
 
-    if not saves and _chained(wf):
-        for i in range(n):
-            await run_step(i)
+    if chained:
+        for i in range(len(wf)):  # run_step's steps in this coroutine: no task, future or frame per step
+            if state.records[i] is not None:
+                continue
+            seen = _all_recorded([state.records[j] for j in granted_steps(i, wf.access_list[i])])
+            if (history := state.begin(i, seen)) is None:
+                continue
+            record = await caller.call(rnd, i, wf, history)
+            if state.end(i, record):
+                await step_done(record)
     else:
-        tasks = [asyncio.create_task(run_step(i)) for i in range(n)]
+        tasks = [asyncio.create_task(run_step(i)) for i in range(len(wf))]
         try:
             await asyncio.gather(*tasks)
         finally:
             for t in tasks:
                 t.cancel()
-    steps = [f.result() for f in done]
-    if stop_error:
-        return RoundOutcome(steps, None, stop_error[0])
+    steps = [r for r in state.records if r is not None]
+    if state.stop_error is not None:
+        return RoundOutcome(steps, None, state.stop_error)
     return RoundOutcome(steps, steps[-1].response, None)
+
+
+class _Round:
+    """One round's steps while it runs: their records, the error that stopped the round, and, when its steps run as
+    tasks and wait for each other, a future per step (a chain finds each earlier step in ``records``)."""
+
+    __slots__ = ("caller", "done", "halt", "previous_answer", "records", "stop_error", "wf")
+
+    def __init__(
+        self,
+        wf: Workflow,
+        caller: StepCaller,
+        halt: Callable[[], ErrorInfo | None],
+        previous_answer: str | None,
+        *,
+        futures: bool,
+    ) -> None:
+        self.wf, self.caller, self.halt, self.previous_answer = wf, caller, halt, previous_answer
+        self.records: list[StepRecord | None] = [None] * len(wf)
+        loop = asyncio.get_running_loop()
+        self.done = [loop.create_future() for _ in range(len(wf))] if futures else None
+        self.stop_error: ErrorInfo | None = None
+
+    def settle(self, i: int, record: StepRecord) -> None:
+        self.records[i] = record
+        if self.done is not None:
+            self.done[i].set_result(record)
+
+    def begin(self, i: int, seen: list[StepRecord]) -> list[tuple[str, str]] | None:
+        """Step ``i``'s history (``seen``: the records of the steps it sees), or None when it is skipped (so
+        recorded): an earlier step failed, or no further paid call may start."""
+        wf = self.wf
+        if self.stop_error is not None or any(r.error is not None for r in seen):
+            self.settle(i, _skipped(i, wf, self.caller.workers))
+            return None
+        if (stopped := self.halt()) is not None:
+            self.stop_error = stopped
+            self.settle(i, _skipped(i, wf, self.caller.workers))
+            return None
+        history = [(r.subtask, r.response) for r in seen]
+        if self.previous_answer is not None and wf.access_list[i] == "all":
+            history.insert(0, (PREVIOUS_ROUND_SUBTASK, self.previous_answer))
+        return history
+
+    def end(self, i: int, record: StepRecord) -> bool:
+        """Record step ``i``'s call; whether it succeeded (then it goes to ``step_done``)."""
+        if record.error is not None and self.stop_error is None:
+            self.stop_error = record.error
+        self.settle(i, record)
+        return record.error is None
+
+
+def _all_recorded(seen: list[StepRecord | None]) -> list[StepRecord]:
+    """In a chain, every step a step sees ran (or was skipped) before it."""
+    assert all(r is not None for r in seen)
+    return [r for r in seen if r is not None]
 
 
 def _chained(wf: Workflow) -> bool:
