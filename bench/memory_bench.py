@@ -138,7 +138,7 @@ async def measure(
         idle_snap = snapshot(pid, snap, tmp / f"idle-{n}.bin") if args.trace else None
         if args.trace:  # the snapshot mid-load, then the rest of the hold
             task = asyncio.create_task(hold(url, n, seconds=args.hold, ramp_s=args.ramp, pid=pid))
-            await asyncio.sleep(args.ramp + 2.0)
+            await asyncio.sleep(args.ramp + (args.hold - args.ramp) / 2)
             loaded_snap = snapshot(pid, snap, tmp / f"loaded-{n}.bin")
             peak, solved = await task
             assert idle_snap is not None
