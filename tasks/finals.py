@@ -38,15 +38,31 @@ _THINK_END = re.compile(r"</(?:think|thinking|reasoning|thought)>", re.IGNORECAS
 def _found(response: str) -> str | None:
     """The verifier's reading order (services/verifier/extract.py): a response that opens with a JSON object answers
     in its ``answer`` field; otherwise the last box, else the last answer line, else a JSON ``answer`` anywhere."""
-    text = response[m.end() :] if (m := _last(_THINK_END, response)) else response
+    # Every closing tag holds "</": without it there is none to look for (the executor reads each step's response).
+    text = response[m.end() :] if "</" in response and (m := _last(_THINK_END, response)) else response
     if _JSON_FORM.match(text) and (found := json_answer(text)) is not None:
         return (boxed_all(found) or [found])[-1]
     if boxes := boxed_all(text):
         return boxes[-1]
-    if cues := _CUE_LINE.findall(text):
+    if cues := cue_lines(text):
         return cues[-1].strip().rstrip(".").strip("$* ")
     found = json_answer(text)
     return (boxed_all(found) or [found])[-1] if found is not None else None
+
+
+def cue_lines(text: str) -> list[str]:
+    """``_CUE_LINE.findall(text)``, trying the pattern only where it can start: at a line's start (its ``^``),
+    rather than at every character as ``findall`` does. Same matches, in the same order."""
+    found = []
+    pos = 0
+    while True:
+        if (m := _CUE_LINE.match(text, pos)) is not None:
+            found.append(m.group(1))
+            pos = m.end()  # at a line's end: the next try is at the next line's start
+        end = text.find("\n", pos)
+        if end < 0:
+            return found
+        pos = end + 1
 
 
 def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 from conductor.answers import agreement, same_answer
 from conductor.prompt import recursion_messages
 from schemas.plan import PriorRound, StepAnswer, WorkerCard
 from schemas.solve import StepRecord
+from tasks import finals
 from tasks.finals import MAX_SHOWN_ANSWER_CHARS, json_answer, step_answer, step_answers
 
 
@@ -65,3 +68,27 @@ def test_the_recursion_prompt_lists_each_steps_answer_and_whether_they_agree() -
     assert (
         "Final answer of each step" not in recursion_messages("Q?", cards, [older], max_steps=3)[-1].content
     )
+
+
+def test_cue_lines_finds_what_findall_finds() -> None:
+    """``cue_lines`` tries the cue pattern at line starts only; on texts built from the pieces that matter (cues
+    across line breaks, Unicode case folds, carriage returns) it returns exactly ``findall``'s matches."""
+    pieces = [
+        "answer",
+        "Answer",
+        "ANSWER",
+        "final",
+        "Final answer",
+        "the",
+        " is",
+        " ",
+        "\n",
+        "\n\n",
+        ":",
+        "：",
+    ]
+    pieces += ["*", "#", ">", "-", "x", "42", ".", "$", "\t", "anſwer", "The answer is 5", "\r\n", "é"]
+    rng = random.Random(7)
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        assert finals.cue_lines(text) == finals._CUE_LINE.findall(text), repr(text)
