@@ -33,7 +33,7 @@ def collapse(path: Path, top: int) -> tuple[list[tuple[str, float]], list[tuple[
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if not stack:
+        if not stack or not count.isdigit():  # a sample torn by --nonblocking (a frame read mid-change)
             continue
         n = int(count)
         frames = [_short(f) for f in stack.split(";")]
