@@ -405,9 +405,15 @@ def _cmd_asyncapi(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command; for ``command="serve"`` only the service commands, all a `conductor serve` process parses:
+    it then loads none of the other commands' modules (the eval's, the verifier's sandbox, the gateway's keys:
+    ~4 MiB of every service process's memory). ``serve``'s arguments, help and errors are the same either way."""
     parser = argparse.ArgumentParser(prog="conductor", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    if command == "serve":
+        _add_service_commands(sub)
+        return parser
     _add_demo_command(sub)
     _add_solve_commands(sub)
     _add_service_commands(sub)
@@ -525,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     from conductor.pool import PoolError
     from conductor.service import StartupError
 
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(words[0] if words else None).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (

@@ -13,7 +13,7 @@ from importlib import resources
 
 import pytest
 
-from conductor.app.cli import main
+from conductor.app.cli import build_parser, main
 from conductor.natsserver import free_port
 from services.worker_adapter.app import create_service as worker_adapter
 
@@ -158,3 +158,18 @@ def test_the_command_line_loads_no_plotting_library():
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "'matplotlib'" not in loaded and "'numpy'" not in loaded
+
+
+def test_serve_parses_with_the_service_commands_alone():
+    """`conductor serve` builds only the service commands (no other command's modules loaded), and parses what
+    the whole command line parses."""
+    code = (
+        "import sys; from conductor.app.cli import build_parser; "
+        "a = build_parser('serve').parse_args(['serve', 'executor', '--pool', 'p.toml']); "
+        "print(a.service, a.pool, a.embedded_nats, sorted(sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("executor p.toml False ")
+    assert "'evaluation'" not in out and "'services.verifier.sandbox'" not in out
+    whole = build_parser().parse_args(["serve", "executor", "--pool", "p.toml"])
+    assert (whole.service, whole.pool, whole.embedded_nats) == ("executor", "p.toml", False)
