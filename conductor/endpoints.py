@@ -451,7 +451,8 @@ class Requester:
         try:
             headers = tracing.headers(request_headers(beat_s, deadline))
             await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
-            del headers
+            # Sent: neither is kept for the reply's wait (a work request's payload is the step's whole prompt).
+            del headers, payload
             msg = await call.start(timeout, subject)
         finally:
             call.close()
@@ -477,12 +478,13 @@ class Requester:
         this project's subjects: a durable task's worker call is keyed in the worker-adapter's call ledger, so a
         retry joins or replays the first one; a request/reply solve's worker call, or a plan from an LLM policy,
         is paid again only when the replica that made it died with its answer (it is lost either way)."""
-        payload = encode(request)
+        # Encoded for each try, not kept: every call in flight would hold its whole payload while it waits. The
+        # same request encodes to the same bytes, and a try after the first is rare (a lost or missing responder).
         subject = prefix + contract.subject
         with tracing.span(f"request {subject}", kind=SpanKind.CLIENT, attributes=_attrs(subject)) as span:
             try:
                 if policy is None:
-                    msg = await self.request(subject, payload, timeout=timeout)
+                    msg = await self.request(subject, encode(request), timeout=timeout)
                 else:  # inline, not a coroutine of its own: every call in flight holds each frame it awaits in
                     deadline = earliest(current_deadline(), time.time() + timeout)
                     assert deadline is not None
@@ -492,7 +494,7 @@ class Requester:
                         try:
                             msg = await self.request(
                                 subject,
-                                payload,
+                                encode(request),
                                 timeout=max(deadline - time.time(), 0.001),
                                 beat_s=policy.beat_s,
                                 misses=policy.beat_misses,
@@ -511,7 +513,7 @@ class Requester:
                             await asyncio.sleep(pause)
                             pause = min(pause * 2, policy.retry_max_s)
             except nats.errors.MaxPayloadError:
-                return contract.failed(too_large(contract.queue, len(payload)), request)
+                return contract.failed(too_large(contract.queue, len(encode(request))), request)
             except _NOT_ANSWERED as exc:
                 if span is not None:
                     span.set_status(StatusCode.ERROR, type(exc).__name__)
