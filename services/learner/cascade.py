@@ -470,15 +470,20 @@ def _named(ordinals: Sequence[int], workers: Sequence[WorkerSpec]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
 
 
-def first_completion(first: Sequence[int], problem: Problem, workers: Sequence[WorkerSpec]) -> str:
+def first_completion(
+    first: Sequence[int], problem: Problem, workers: Sequence[WorkerSpec], strongest: int | None = None
+) -> str:
+    """Round 1: the question's kind, the view's strongest worker (``strongest``, an ordinal of ``workers``: which
+    view this is, said before anything depends on it), then the workers that answer, each named before its number."""
     kind = KIND.get(problem.benchmark, "a question")
+    why = f"This is {kind}."
+    if strongest is not None:
+        why += f" The strongest model here is {label(workers[strongest])}, Model {strongest}."
     if len(first) == 1:
-        why = f"This is {kind}. {_named(first, workers)}; it answers it alone."
+        why += f" {_named(first, workers)}; it answers it alone."
     else:
-        why = (
-            f"This is {kind}. {_named(first, workers)}; they answer it independently; if their answers differ, "
-            "a stronger model decides."
-        )
+        then = "a stronger model" if strongest is None else f"Model {strongest}"
+        why += f" {_named(first, workers)}; they answer it independently; if their answers differ, {then} decides."
     wf = Workflow(model_id=list(first), subtasks=[SOLVE] * len(first), access_list=[[] for _ in first])
     return render_completion(why, wf)
 
@@ -506,20 +511,22 @@ def rows(
     *,
     limit: int = 0,
     seed: int = 0,
+    first_weight: int = 1,
 ) -> list[dict[str, Any]]:
     """Round-1 and round-2 SFT rows for every question of the matrix on every chosen view; with ``limit``, that many
-    drawn evenly over the groups (``balanced``)."""
+    drawn evenly over the groups (``balanced``), a first round's group ``first_weight`` times as often."""
     grouped: dict[tuple[int, str, str], list[dict[str, Any]]] = defaultdict(list)
     for v, choice in enumerate(choices):
         view = list(choice.view)
         specs = pool.subset(view)
+        strongest = view.index(choice.figures["strongest"])
         for p in problems:
             if p.id not in matrix or p.benchmark not in choice.per_set:
                 continue
             cells, c = matrix[p.id], choice.per_set[p.benchmark]
             first = [view.index(w) for w in c.first]
             ep = first_round(p, view)
-            text1 = first_completion(first, p, specs)
+            text1 = first_completion(first, p, specs, strongest)
             grouped[(v, p.benchmark, "first")].append(_row(ep, text1, pool, config))
             answers = [
                 StepAnswer(step=k, model_id=o, answer=cells[w].answer)
@@ -531,22 +538,27 @@ def rows(
             text2 = second_completion(state, None if action is None else view.index(action), specs)
             grouped[(v, p.benchmark, state)].append(_row(second, text2, pool, config))
     if limit and limit < sum(len(g) for g in grouped.values()):
-        return balanced(list(grouped.values()), limit, seed)
+        weights = [first_weight if key[2] == "first" else 1 for key in grouped]
+        return balanced(list(grouped.values()), limit, seed, weights)
     return [r for g in grouped.values() for r in g]
 
 
-def balanced(groups: Sequence[Sequence[dict[str, Any]]], limit: int, seed: int) -> list[dict[str, Any]]:
+def balanced(
+    groups: Sequence[Sequence[dict[str, Any]]], limit: int, seed: int, weights: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
     """``limit`` rows taken in turn from each group (view, set, round and the state a second round is shown), each
-    group shuffled: a rare state — the first round's answers differ, so the strong worker is called — gets as many
-    rows as a common one until it runs out. A uniform sample of 320 rows gave "differ" a handful, and the trained
-    policy handed back where it should escalate (docs/results.md, "Replay")."""
+    group shuffled, a group ``weights[i]`` rows a turn: a rare state — the first round's answers differ, so the
+    strong worker is called — gets as many rows as a common one until it runs out. A uniform sample of 320 rows gave
+    "differ" a handful, and the trained policy handed back where it should escalate (docs/results.md, "Replay")."""
     rng = random.Random(seed)
     queues = [rng.sample(list(g), len(g)) for g in groups]
+    turns = list(weights) if weights is not None else [1] * len(queues)
     out: list[dict[str, Any]] = []
     while len(out) < limit and any(queues):
-        for q in queues:
-            if q and len(out) < limit:
-                out.append(q.pop())
+        for q, w in zip(queues, turns, strict=True):
+            for _ in range(w):
+                if q and len(out) < limit:
+                    out.append(q.pop())
     rng.shuffle(out)
     return out
 

@@ -164,6 +164,9 @@ class CascadeSection(_Section):
         0  # training questions in the matrix; 0: every one of the train mix
     )
     rows: Annotated[int, Meta(ge=0)] = 0  # SFT rows kept, drawn evenly over (view, set, round, state); 0: all
+    # With ``rows``: a first round's (view, set) group is drawn this many times as often as a second round's group.
+    # The first round is where the view and the set decide everything; the second reads one line of agreement.
+    first_weight: Annotated[int, Meta(ge=1, le=16)] = 1
     epochs: PositiveFloat = 2.0
 
 

@@ -362,7 +362,16 @@ def _cascade_rows(
         )
         for view, b, sl in zip(views, per_view(c.budget), per_view(c.slack), strict=True)
     ]
-    rows = cascade.rows(choices, questions, matrix, pool, config, limit=c.rows, seed=config.model.seed)
+    rows = cascade.rows(
+        choices,
+        questions,
+        matrix,
+        pool,
+        config,
+        limit=c.rows,
+        seed=config.model.seed,
+        first_weight=c.first_weight,
+    )
     figures = {
         "views": [{"view": list(ch.view), **ch.figures} for ch in choices],
         "questions": len(matrix),

@@ -124,7 +124,11 @@ def test_rows_for_both_rounds_show_the_step_answers(tmp_path) -> None:
     assert "The steps gave different final answers." in differed["prompt"][-1]["content"]
     assert "model_id = [0]" in differed["completion"][0]["content"]  # the strong worker, Model 0 of the view
     # each worker is named, by its card's first words, before its number: what stays the same across views
-    assert "Cheap A is Model 1 and Cheap B is Model 2; they answer it independently" in first
+    assert (
+        "The strongest model here is Dear Strong (2024), Model 0. Cheap A is Model 1 and Cheap B is Model 2;"
+        in first
+    )
+    assert "they answer it independently; if their answers differ, Model 0 decides." in first
     assert (
         "so Dear Strong (2024) is Model 0; it answers the question afresh."
         in differed["completion"][0]["content"]
@@ -156,6 +160,12 @@ def test_a_row_limit_draws_evenly_over_view_set_round_and_state(tmp_path) -> Non
     agree = sum("same final answer" in t for t in last)
     assert (differ, agree, 30 - differ - agree) == (10, 10, 10)
     assert got == cascade.rows([choice], problems, matrix, pool, config, limit=30, seed=1)  # seeded
+    weighted = cascade.rows([choice], problems, matrix, pool, config, limit=40, seed=1, first_weight=2)
+    firsts = sum(
+        "Question:" in r["prompt"][-1]["content"] and "final answer" not in r["prompt"][-1]["content"]
+        for r in weighted
+    )
+    assert firsts == 20  # a first round's group drawn twice a turn: 2 of every 4 rows
     rare = [every[0]]  # a group smaller than its share gives all it has; the others fill the rest
     assert len(cascade.balanced([rare, every[1:40]], 10, 0)) == 10 and every[0] in cascade.balanced(
         [rare, every[1:40]], 10, 0
