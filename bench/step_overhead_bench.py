@@ -4,7 +4,8 @@ Services run as real processes (`conductor serve executor` and `conductor serve 
 on a private nats-server; workers are zero-latency sim workers, so only the system is measured. A task with a
 5-step sequential workflow (`refine:5`) and one with a single step (`refine:1`) are timed end to end from a client;
 per-step overhead = (p50(5 steps) - p50(1 step)) / 4, which cancels the per-task costs (client hop, plan).
-Run with checkpointing off and on to show the cost of durability per step. Target: p50 per step <= 3x raw RTT.
+Run with checkpointing off and on to show the cost of durability per step. Targets (issue 37): p50 per step <= 1.3x
+raw RTT without the checkpoint, <= 1.5x with it.
 The last line printed is one JSON object.
 """
 
@@ -86,7 +87,7 @@ async def main() -> dict[str, object]:
         finally:
             procs.stop()
     out["raw_rtt_p50_ms"] = round(float(out["raw_rtt_p50_ms"]), 4)
-    out["target_per_step_over_raw_rtt"] = 3.0
+    out["target_per_step_over_raw_rtt"] = {"checkpoint": 1.5, "no_checkpoint": 1.3}  # issue 37
     return out
 
 
