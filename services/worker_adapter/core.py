@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import msgspec
@@ -196,27 +195,27 @@ class WorkerAdapter:
         """Up to ``1 + spec.max_retries`` tries; returns the completion or the last typed error, the tries, and the
         failed tries by reason."""
         attempt = 0
-        faults: Counter[str] = Counter()
+        faults: dict[str, int] = {}  # a plain dict: built on every call, and most calls fail no try
         while True:
             attempt += 1
             try:
                 done = await self._once(spec, messages, msgspec.structs.replace(params, attempt=attempt))
-                return done, attempt, dict(faults)
+                return done, attempt, faults
             except PermanentProviderError as exc:
-                faults[str(exc.reason)] += 1
+                faults[str(exc.reason)] = faults.get(str(exc.reason), 0) + 1
                 log.warning(
                     "worker call failed", worker=spec.name, attempt=attempt, error=exc.message, retry=False
                 )
-                return exc, attempt, dict(faults)
+                return exc, attempt, faults
             except TransientProviderError as exc:
-                faults[str(exc.reason)] += 1
+                faults[str(exc.reason)] = faults.get(str(exc.reason), 0) + 1
                 if exc.status == 429 and exc.retry_after is not None:  # everyone waits, not just this call
                     await self._shared.gate.cooldown(
                         spec, min(exc.retry_after, self._retry.retry_after_cap_s)
                     )
                 if attempt > spec.max_retries:
                     log.warning("worker call gave up", worker=spec.name, attempt=attempt, error=exc.message)
-                    return exc, attempt, dict(faults)
+                    return exc, attempt, faults
                 wait = self._retry.delay(attempt, exc.retry_after, self._rng)
                 left = remaining_s(current_deadline())
                 if left is not None and left <= wait:
@@ -227,7 +226,7 @@ class WorkerAdapter:
                         attempt=attempt,
                         error=exc.message,
                     )
-                    return exc, attempt, dict(faults)
+                    return exc, attempt, faults
                 log.info(
                     "worker call retrying",
                     worker=spec.name,

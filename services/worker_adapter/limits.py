@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 import msgspec
@@ -191,7 +191,11 @@ def cool(load: WorkerLoad, until: float) -> WorkerLoad:
 
 
 class Permit:
-    """One call's claim on capacity; ``spend`` reports the real token usage so the estimate's rest is refunded."""
+    """One call's claim on capacity; ``spend`` reports the real token usage so the estimate's rest is refunded.
+    Its own context (``async with gate.permit(...) as permit``): one object per call on the worker-adapter's path,
+    no generator; this one claims nothing (``Unlimited``)."""
+
+    __slots__ = ("spent",)
 
     def __init__(self) -> None:
         self.spent: int | None = None
@@ -199,9 +203,33 @@ class Permit:
     def spend(self, tokens: int) -> None:
         self.spent = tokens
 
+    async def __aenter__(self) -> Permit:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class _Claim(Permit):
+    """``SharedLimits.permit``: capacity taken on entry (waiting for it if need be), given back on exit."""
+
+    __slots__ = ("_limits", "_st", "_tokens", "_window")
+
+    def __init__(self, limits: SharedLimits, st: _Worker, tokens: int) -> None:
+        self.spent = None
+        self._limits, self._st, self._tokens = limits, st, tokens
+        self._window = 0
+
+    async def __aenter__(self) -> Permit:
+        self._window = await self._limits._acquire(self._st, self._tokens)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._limits._release(self._st, self._tokens, self.spent, self._window)
+
 
 class Gate(Protocol):
-    def permit(self, spec: WorkerSpec, tokens: int) -> contextlib.AbstractAsyncContextManager[Permit]:
+    def permit(self, spec: WorkerSpec, tokens: int) -> Permit:
         """Wait for capacity for one call of about ``tokens`` tokens; hold it for the ``async with`` block."""
         ...
 
@@ -215,9 +243,8 @@ class Gate(Protocol):
 class Unlimited:
     """The gate when nothing is shared (no JetStream, or switched off): only the core's local semaphore applies."""
 
-    @contextlib.asynccontextmanager
-    async def permit(self, spec: WorkerSpec, tokens: int) -> AsyncIterator[Permit]:
-        yield Permit()
+    def permit(self, spec: WorkerSpec, tokens: int) -> Permit:
+        return Permit()
 
     async def cooldown(self, spec: WorkerSpec, seconds: float) -> None:
         return None
@@ -238,6 +265,7 @@ class _Worker:
         self.busy = 0  # in use by calls here
         self.peak = 0  # most slots in use since the last heartbeat; idle ones beyond it are returned
         self.demand = 0  # calls here waiting for capacity
+        self.waiting = 0  # calls here inside ``changed``
         self.window = -1
         self.requests_left = 0
         self.tokens_left = 0
@@ -250,14 +278,19 @@ class _Worker:
             self.notify()
 
     def notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self.waiting:  # nobody waits (the usual case): no Event to set and replace per released call
+            self._changed.set()
+            self._changed = asyncio.Event()
 
     async def changed(self, timeout: float) -> None:
         """Until the record or local capacity changes, or ``timeout`` passes (then the caller just looks again)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(timeout, 0.0)):
-                await self._changed.wait()
+        self.waiting += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(timeout, 0.0)):
+                    await self._changed.wait()
+        finally:
+            self.waiting -= 1
 
     def shortfall(self, tokens: int, window: int) -> Need | None:
         if window > self.window:
@@ -370,17 +403,10 @@ class SharedLimits:
     def window(self, now: float) -> int:
         return int(now // self.window_s)
 
-    @contextlib.asynccontextmanager
-    async def permit(self, spec: WorkerSpec, tokens: int) -> AsyncIterator[Permit]:
-        st = self._workers[spec.name]
+    def permit(self, spec: WorkerSpec, tokens: int) -> Permit:
         if spec.tpm is not None:
             tokens = min(tokens, spec.tpm)  # a call bigger than the whole budget gets one full window
-        window = await self._acquire(st, tokens)
-        permit = Permit()
-        try:
-            yield permit
-        finally:
-            self._release(st, tokens, permit.spent, window)
+        return _Claim(self, self._workers[spec.name], tokens)
 
     async def cooldown(self, spec: WorkerSpec, seconds: float) -> None:
         st = self._workers[spec.name]
@@ -463,6 +489,9 @@ class SharedLimits:
     def _give_back(self, st: _Worker) -> None:
         """While another replica waits for a slot, return ours that are idle or above our fair share (never ones in
         use): we keep what our own calls need, up to the share."""
+        asking = st.load.wanted
+        if not asking or (len(asking) == 1 and self._owner in asking):
+            return  # nobody else asks (the usual case): no live copies of the record's maps per released call
         holders, wanted = _live(st.load, self._clock())
         if not any(r != self._owner for r in wanted):
             return
