@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sys
 
@@ -62,7 +63,24 @@ class bound_contextvars:  # lower case: a drop-in for ``structlog.contextvars.bo
         self._kw = kw
 
     def __enter__(self) -> None:
-        self._tokens = structlog.contextvars.bind_contextvars(**self._kw)
+        tokens = []
+        for key, value in self._kw.items():
+            var = _VARS.get(key)
+            if (
+                var is None
+            ):  # structlog's own variable for the key, learnt from the token of its first binding
+                token = structlog.contextvars.bind_contextvars(**{key: value})[key]
+                _VARS[key] = token.var
+            else:
+                token = var.set(value)
+            tokens.append(token)
+        self._tokens = tokens
 
     def __exit__(self, *exc: object) -> None:
-        structlog.contextvars.reset_contextvars(**self._tokens)
+        for token in reversed(self._tokens):
+            token.var.reset(token)
+
+
+# Key -> the ContextVar structlog keeps for it (``structlog.contextvars`` makes one per key, once, and merges every
+# one into a log line): set directly, without building its name per binding.
+_VARS: dict[str, contextvars.ContextVar[object]] = {}
