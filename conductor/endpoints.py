@@ -315,11 +315,15 @@ class EndpointServer:
             watched = self._watch.watch(msg.reply, period, cancel_at)
         try:
             # The requester's trace context (conductor/tracing.py) makes this handler's work a child of its call.
-            with tracing.span(
-                f"process {ep.subject}",
-                kind=SpanKind.SERVER,
-                headers=msg.headers,
-                attributes=_attrs(ep.subject),
+            with (
+                tracing.span(
+                    f"process {ep.subject}",
+                    kind=SpanKind.SERVER,
+                    headers=msg.headers,
+                    attributes=_attrs(ep.subject),
+                )
+                if tracing.enabled()
+                else tracing.NO_SPAN  # no name or attributes built per message when tracing is off
             ):
                 async with self._slots:
                     out = await answer_by(ep, msg.data, deadline, msg.subject)
@@ -481,7 +485,12 @@ class Requester:
         # Encoded for each try, not kept: every call in flight would hold its whole payload while it waits. The
         # same request encodes to the same bytes, and a try after the first is rare (a lost or missing responder).
         subject = prefix + contract.subject
-        with tracing.span(f"request {subject}", kind=SpanKind.CLIENT, attributes=_attrs(subject)) as span:
+        traced = tracing.enabled()  # no span name or attributes built per call when off
+        with (
+            tracing.span(f"request {subject}", kind=SpanKind.CLIENT, attributes=_attrs(subject))
+            if traced
+            else tracing.NO_SPAN
+        ) as span:
             try:
                 if policy is None:
                     msg = await self.request(subject, encode(request), timeout=timeout)

@@ -99,6 +99,7 @@ def enabled() -> bool:
 
 
 _OFF: contextlib.nullcontext[None] = contextlib.nullcontext()
+NO_SPAN = _OFF  # what ``span`` returns with tracing off, for a caller that builds a span's name only when on
 
 
 def span(
@@ -116,11 +117,11 @@ def span(
     return _tracer.start_as_current_span(name, context=parent, kind=kind, attributes=attributes)
 
 
-def headers(base: Mapping[str, str] | None = None) -> dict[str, str] | None:
-    """Message headers carrying the current trace context (plus ``base``); ``base`` unchanged when tracing is off
-    or no span is current, so untraced messages stay header-free."""
+def headers(base: dict[str, str] | None = None) -> dict[str, str] | None:
+    """Message headers carrying the current trace context (plus ``base``); ``base`` itself, not a copy, when tracing
+    is off or no span is current (callers build it per message), so untraced messages stay header-free."""
     if _tracer is None or not trace.get_current_span().get_span_context().is_valid:
-        return dict(base) if base is not None else None
+        return base
     carrier = dict(base or {})
     _PROPAGATOR.inject(carrier, context=otel_context.get_current())
     return carrier
