@@ -122,6 +122,17 @@ REGISTRY: dict[str, Registered] = {
             default=True,
             note="stage 2c: views of the sim pool, three frontier calls for multiple choice without a specialist",
         ),
+        Registered(
+            name="smollm2-replay",
+            version="1",
+            adapter="smollm2-replay",
+            base=_SMOLLM2,
+            pool="replay_pool.toml",
+            recipe="smollm2-replay",
+            results=_README.format("smollm2-replay"),
+            default=True,
+            note="issue 33: 12 real models (and the 11 without o1-mini) replayed; cheap pair first, the strongest on disagreement",
+        ),
     )
 }
 
