@@ -48,11 +48,12 @@ def main() -> None:
     parser.add_argument("bench")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quiet-load", type=float, default=1.0)
-    parser.add_argument("rest", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])  # what follows "--" is the bench's own
+    rest = argv[cut + 1 :]
     if not Path(args.bench).is_file():
         raise SystemExit(f"no benchmark file {args.bench}")
-    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     runs, loads = [], []
     for i in range(args.runs):
         load = os.getloadavg()[0]
