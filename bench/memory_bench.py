@@ -135,11 +135,14 @@ async def measure(
         await warm_up(url)
         await asyncio.sleep(args.settle)
         idle = rss_mib(pid)
-        idle_snap = snapshot(pid, snap, tmp / f"idle-{n}.bin") if args.trace else None
+        # snapshot() polls with time.sleep: off the loop, or the load's client lanes would freeze while it waits
+        idle_snap = (
+            await asyncio.to_thread(snapshot, pid, snap, tmp / f"idle-{n}.bin") if args.trace else None
+        )
         if args.trace:  # the snapshot mid-load, then the rest of the hold
             task = asyncio.create_task(hold(url, n, seconds=args.hold, ramp_s=args.ramp, pid=pid))
             await asyncio.sleep(args.ramp + (args.hold - args.ramp) / 2)
-            loaded_snap = snapshot(pid, snap, tmp / f"loaded-{n}.bin")
+            loaded_snap = await asyncio.to_thread(snapshot, pid, snap, tmp / f"loaded-{n}.bin")
             peak, solved = await task
             assert idle_snap is not None
             print(f"\n== N={n}: growth idle -> loaded, by traceback (tracemalloc, {args.frames} frames)")
