@@ -218,3 +218,15 @@ def test_a_slack_list_must_name_one_value_per_view() -> None:
     )
     with pytest.raises(ConfigError, match=r"cascade\.slack lists 3 values for 2 view"):
         parse_config(text)
+
+
+def test_the_ceiling_is_the_best_cascade_at_each_budget_chosen_on_the_questions_themselves() -> None:
+    from scripts.replay_ceiling import ceilings
+
+    problems, matrix = _matrix()
+    low, mid, high = ceilings(matrix, problems, ["strong", "cheap-a", "cheap-b"], [0.05, 0.25, 0.75])
+    assert "no cascade costs at most 0.05" in low["error"]
+    assert mid["accuracy"] == 0.75 and mid["cost_ratio"] <= 0.25  # one cheap worker, or the pair handing back
+    assert high["accuracy"] == 1.0 and high["cost_ratio"] == pytest.approx(0.7)  # escalate on disagreement
+    assert high["strongest"] == "strong" and high["strongest_accuracy"] == 1.0
+    assert "differ→strong" in high["sets"]["replay-gsm"]
