@@ -72,6 +72,16 @@ class ItemResult(msgspec.Struct, frozen=True, kw_only=True):
     def workers(self) -> list[str]:
         return [s.worker for r in self.result.workflows for s in r.steps]
 
+    @property
+    def escalated(self) -> bool:
+        """A round after the first called a worker (the Conductor did not hand the first round's answer back)."""
+        return any(r.steps for r in self.result.workflows[1:])
+
+    @property
+    def shape(self) -> str:
+        """Its workflows in worker names, round by round: ``a + b → c``; a round that hands back is ``hand back``."""
+        return " → ".join(" + ".join(s.worker for s in r.steps) or "hand back" for r in self.result.workflows)
+
 
 def classify(result: SolveResult) -> tuple[str, str, str | None, bool]:
     """(outcome, reason, error code, retryable) of a finished task."""

@@ -46,6 +46,7 @@ class Row(msgspec.Struct, frozen=True, kw_only=True):
     steps_per_workflow: float
     failures: int  # items with no scorable answer (task error or verifier error)
     version: str = ""  # the benchmark's task version; "" for the average
+    escalated: float = 0.0  # share of items where a round after the first called a worker (issue 33)
 
 
 class Results(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,6 +56,8 @@ class Results(msgspec.Struct, frozen=True, kw_only=True):
     rows: list[Row]
     worker_steps: dict[str, dict[str, dict[str, int]]]  # benchmark -> strategy -> worker -> steps
     steps_histogram: dict[str, dict[int, int]]  # strategy -> steps in a workflow -> workflows
+    # benchmark -> strategy -> its items' workflows in worker names round by round (ItemResult.shape) -> items
+    shapes: dict[str, dict[str, dict[str, int]]] = {}
     meta: dict[str, str] = {}
     versions: dict[str, str] = {}  # benchmark -> its task version (tasks/registry.py)
     # The embedded planner's Conductor (conductor/policies.py): what the `conductor` rows ran; None with running
@@ -95,6 +98,7 @@ def _row(strategy: str, benchmark: str, items: Sequence[ItemResult], version: st
         steps_per_workflow=statistics.fmean(workflows) if workflows else 0.0,
         failures=sum(1 for it in items if it.outcome in {"failed", "error"}),
         version=version,
+        escalated=sum(it.escalated for it in items) / n,
     )
 
 
@@ -114,6 +118,7 @@ def _average(strategy: str, rows: list[Row], by_bench: dict[str, list[ItemResult
         calls_per_question=mean_of("calls_per_question"),
         steps_per_workflow=mean_of("steps_per_workflow"),
         failures=sum(r.failures for r in rows),
+        escalated=mean_of("escalated"),
     )
 
 
@@ -136,9 +141,11 @@ def summarize(
             rows.append(_average(s, own, by_bench))
     workers: dict[str, dict[str, dict[str, int]]] = {b: {} for b in benchmarks}
     histogram: dict[str, Counter[int]] = {}
+    shapes: dict[str, dict[str, dict[str, int]]] = {}
     for (s, b), group in grouped.items():
         workers.setdefault(b, {})[s] = dict(Counter(w for it in group for w in it.workers))
         histogram.setdefault(s, Counter()).update(n for it in group for n in it.workflow_steps)
+        shapes.setdefault(b, {})[s] = dict(Counter(it.shape for it in group).most_common())
     return Results(
         benchmarks=list(benchmarks),
         strategies=list(strategies),
@@ -146,6 +153,7 @@ def summarize(
         rows=rows,
         worker_steps=workers,
         steps_histogram={s: dict(sorted(h.items())) for s, h in histogram.items()},
+        shapes=shapes,
         meta=dict(meta or {}),
         versions={b: (versions or {})[b] for b in benchmarks if (versions or {}).get(b)},
     )
@@ -190,7 +198,8 @@ def rich_table(results: Results, title: str = "Accuracy (%), mean ± SE over rep
         captions.append(f"AIQ: the workers alone {results.aiq_workers:.4f}; each row: the workers plus it")
     table = Table(title=title, caption=" · ".join(captions) or None)
     aiq = ("AIQ",) if results.aiq else ()
-    for col in ("strategy", *results.benchmarks, "Average", "tokens/q", "$/q", "steps/wf", *aiq):
+    later = ("escalated",) if any(r.escalated for r in results.rows) else ()
+    for col in ("strategy", *results.benchmarks, "Average", "tokens/q", "$/q", "steps/wf", *later, *aiq):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in results.strategies:
         avg = results.row(s, AVERAGE)
@@ -204,6 +213,7 @@ def rich_table(results: Results, title: str = "Accuracy (%), mean ± SE over rep
             f"{avg.tokens_per_question:,.0f}",
             usd(avg.cost_per_question),
             f"{avg.steps_per_workflow:.2f}",
+            *([f"{100 * avg.escalated:.0f}%"] if later else []),
             *([f"{results.aiq[s]:.4f}"] if s in results.aiq else ["—"] if results.aiq else []),
         )
     return table
@@ -222,6 +232,7 @@ CSV_COLUMNS = (
     "steps_per_workflow",
     "failures",
     "version",
+    "escalated",
 )
 
 
@@ -249,5 +260,6 @@ def write(results: Results, out_dir: Path) -> None:
                     f"{r.steps_per_workflow:.3f}",
                     r.failures,
                     r.version,
+                    f"{r.escalated:.4f}",
                 ]
             )

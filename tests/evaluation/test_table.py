@@ -106,3 +106,32 @@ def test_terminal_table_has_every_benchmark_and_the_average() -> None:
 def test_pareto_front() -> None:
     points = [("cheap", 0.001, 40.0), ("mid", 0.01, 70.0), ("dominated", 0.02, 60.0), ("best", 0.05, 80.0)]
     assert pareto_front(points) == ["cheap", "mid", "best"]
+
+
+def _two_rounds(n: int, second: tuple[str, ...]) -> object:
+    """An item whose first round asked w0 and w1 and whose second round called ``second`` (none: handed back)."""
+    import msgspec
+
+    from schemas.solve import RoundRecord, StepRecord
+
+    it = item("c", "x", 0, n, True, workers=("w0", "w1"))
+    steps = [StepRecord(index=i, model_id=0, worker=w, subtask="s", access=[]) for i, w in enumerate(second)]
+    later = RoundRecord(round=1, policy="local:p", reasoning="", steps=steps, handback=not second)
+    result = msgspec.structs.replace(it.result, workflows=[*it.result.workflows, later])
+    return msgspec.structs.replace(it, result=result)
+
+
+def test_the_share_escalated_and_the_workflow_shapes_round_by_round(tmp_path: Path) -> None:
+    items = [_two_rounds(0, ("strong",)), _two_rounds(1, ()), _two_rounds(2, ()), _two_rounds(3, ())]
+    items += grid("d", "x", [[1, 0]], workers=("w0",))
+    results = table.summarize(items, ["x"], ["c", "d"])
+    c, d = results.row("c", "x"), results.row("d", table.AVERAGE)
+    assert c is not None and c.escalated == 0.25 and d is not None and d.escalated == 0.0
+    assert results.shapes["x"]["c"] == {"w0 + w1 → hand back": 3, "w0 + w1 → strong": 1}
+    assert results.shapes["x"]["d"] == {"w0": 2}
+    out = io.StringIO()
+    Console(file=out, width=200).print(table.rich_table(results))
+    assert "escalated" in out.getvalue() and "25%" in out.getvalue()
+    table.write(results, tmp_path)
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert rows[0]["escalated"] == "0.2500"
