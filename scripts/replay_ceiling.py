@@ -35,7 +35,7 @@ def ceilings(
     for budget in budgets:
         try:
             found = cascade.choose(matrix, problems, view, budget=budget, cheap=len(view), select="budget")
-        except ValueError as e:  # nothing at all costs that little
+        except cascade.BudgetError as e:  # nothing at all costs that little
             out.append({"budget": budget, "error": str(e)})
             continue
         f = found.figures

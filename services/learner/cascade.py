@@ -347,6 +347,10 @@ def choose(
 Front = list[tuple[float, float, "Cascade"]]
 
 
+class BudgetError(ValueError):
+    """No combination of the sets' cascades costs as little as the budget asks."""
+
+
 def _within(fronts: Sequence[Front], cap: float, budget: float) -> tuple[float, float, tuple[Cascade, ...]]:
     """The combination of one efficient cascade per set with most right answers whose $ is at most ``cap``."""
     best: tuple[float, float, tuple[Cascade, ...]] | None = None
@@ -357,7 +361,7 @@ def _within(fronts: Sequence[Front], cap: float, budget: float) -> tuple[float, 
         ):
             best = (right, spent, tuple(x[2] for x in combo))
     if best is None:
-        raise ValueError(f"no cascade costs at most {budget} x the best single worker's $ on this view")
+        raise BudgetError(f"no cascade costs at most {budget} x the best single worker's $ on this view")
     return best
 
 
