@@ -90,10 +90,12 @@ class Processes:
         self.procs.append(proc)
         return proc
 
-    def raw_responder(self, url: str) -> None:
+    def raw_responder(self, url: str) -> int:
+        """Start the baseline's plain nats-py responder; its pid."""
         proc = subprocess.Popen([sys.executable, "-c", RAW_RESPONDER, url], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         self.procs.append(proc)
+        return proc.pid
 
     def stop(self) -> None:
         for p in self.procs:
@@ -106,22 +108,35 @@ class Processes:
         self.procs.clear()
 
 
-async def raw_round_trip(url: str, n: int = 3000) -> dict[str, float]:
-    """Sequential request/reply to a plain nats-py responder in another process: the baseline hop."""
+async def raw_round_trip(url: str, n: int = 3000, responder: int | None = None) -> dict[str, float]:
+    """Sequential request/reply to a plain nats-py responder in another process: the baseline hop. With the
+    responder's ``pid``, also the CPU each side spent per round trip (this process is the requester)."""
     nc = await nats.connect(url)
     for _ in range(200):
         await nc.request("bench.raw", b"x" * 64, timeout=5)
     lat = []
+    own, theirs = own_cpu_s(), cpu_s(responder) if responder else 0.0
     for _ in range(n):
         t = time.perf_counter()
         await nc.request("bench.raw", b"x" * 64, timeout=5)
         lat.append(time.perf_counter() - t)
+    own, theirs = own_cpu_s() - own, (cpu_s(responder) - theirs) if responder else 0.0
     await nc.close()
-    return {
+    out = {
         "p50_ms": pct(lat, 0.5) * 1e3,
         "p90_ms": pct(lat, 0.9) * 1e3,
         "mean_ms": statistics.fmean(lat) * 1e3,
+        "requester_cpu_us": own / n * 1e6,
     }
+    if responder:
+        out["responder_cpu_us"] = theirs / n * 1e6
+    return out
+
+
+def own_cpu_s() -> float:
+    """User + system CPU seconds this process has used so far."""
+    t = os.times()
+    return t.user + t.system
 
 
 def rss_mib(pid: int, field: str = "VmRSS") -> float:

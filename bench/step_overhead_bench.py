@@ -6,6 +6,9 @@ on a private nats-server; workers are zero-latency sim workers, so only the syst
 per-step overhead = (p50(5 steps) - p50(1 step)) / 4, which cancels the per-task costs (client hop, plan).
 Run with checkpointing off and on to show the cost of durability per step. Targets (issue 37): p50 per step <= 1.3x
 raw RTT without the checkpoint, <= 1.5x with it.
+Where the time goes: each service process's CPU per added step (from /proc, the 5-step blocks' less the 1-step
+ones') beside the CPU the raw requester and the raw responder spend per round trip: one task in flight, so the
+step's latency is close to the CPU on its path.
 The last line printed is one JSON object.
 """
 
@@ -21,7 +24,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import nats
 
-from bench._harness import NatsServer, Processes, pct, raw_round_trip, report, tempdir, zero_latency_pool
+from bench._harness import (
+    NatsServer,
+    Processes,
+    cpu_s,
+    pct,
+    raw_round_trip,
+    report,
+    tempdir,
+    zero_latency_pool,
+)
 
 N_TASKS = 600
 BLOCKS = 4
@@ -45,18 +57,28 @@ async def task_latencies(url: str, policy: str, n: int) -> list[float]:
 
 
 async def measure(url: str, env: dict[str, str], procs: Processes) -> dict[str, float]:
-    procs.serve("planner,worker-adapter,verifier", env)
-    procs.serve("executor", env)
-    one: list[float] = []
-    five: list[float] = []
+    workers = procs.serve("planner,worker-adapter,verifier", env)
+    executor = procs.serve("executor", env)
+    lat: dict[str, list[float]] = {"refine:1": [], "refine:5": []}
+    cpu = {(policy, p.pid): 0.0 for policy in lat for p in (workers, executor)}
     for _ in range(BLOCKS):  # interleaved blocks, so drift in machine load hits both alike
-        one += await task_latencies(url, "refine:1", N_TASKS // BLOCKS)
-        five += await task_latencies(url, "refine:5", N_TASKS // BLOCKS)
+        for policy, times in lat.items():
+            before = {p.pid: cpu_s(p.pid) for p in (workers, executor)}
+            times += await task_latencies(url, policy, N_TASKS // BLOCKS)
+            for pid, was in before.items():
+                cpu[(policy, pid)] += cpu_s(pid) - was
+    one, five = lat["refine:1"], lat["refine:5"]
+
+    def per_step_cpu_us(pid: int) -> float:  # the 5-step task's CPU less the 1-step one's, per added step
+        return (cpu[("refine:5", pid)] - cpu[("refine:1", pid)]) / N_TASKS / 4 * 1e6
+
     return {
         "task_1_step_p50_ms": pct(one, 0.5) * 1e3,
         "task_5_steps_p50_ms": pct(five, 0.5) * 1e3,
         "per_step_p50_ms": (pct(five, 0.5) - pct(one, 0.5)) / 4 * 1e3,
         "per_step_p90_ms": (pct(five, 0.9) - pct(one, 0.9)) / 4 * 1e3,
+        "executor_cpu_us_per_step": per_step_cpu_us(executor.pid),
+        "worker_adapter_cpu_us_per_step": per_step_cpu_us(workers.pid),
     }
 
 
@@ -67,9 +89,10 @@ async def main() -> dict[str, object]:
     with NatsServer() as server:
         procs = Processes()
         try:
-            procs.raw_responder(server.url)
-            raw = await raw_round_trip(server.url)
+            raw = await raw_round_trip(server.url, responder=procs.raw_responder(server.url))
             out["raw_rtt_p50_ms"] = raw["p50_ms"]
+            out["raw_requester_cpu_us"] = round(raw["requester_cpu_us"], 1)
+            out["raw_responder_cpu_us"] = round(raw["responder_cpu_us"], 1)
             for label, checkpoint in (("no_checkpoint", "0"), ("checkpoint", "1")):
                 env = {
                     "NATS_URL": server.url,

@@ -102,7 +102,8 @@ class ExecutorService:
         concurrency = admission(self.pool, self.settings.intake, self.settings.common.handler_concurrency)
         self.rollouts = Rollouts(self.executor, concurrency)
         if self.settings.durable:
-            self.store = TaskStore(broker.connection.jetstream(), self.names, self.settings.store)
+            nc = broker.connection
+            self.store = TaskStore(nc.jetstream(), self.names, self.settings.store, nc=nc)
             await self.store.ensure()
             self.intake = Intake(self.executor, self.store, self.settings.intake, self.cancels)
         if broker is not None and self.settings.rollout_pull:

@@ -5,19 +5,28 @@ names so separate prefixes never share state. Within a deployment, a task is nam
 (``schemas.tasks.task_key``: ``<tenant>.<task_id>``): results, checkpoints, result events and dead letters are all
 kept under it, so each tenant's are its own (docs/tenancy.md). The results bucket answers direct gets, whose subject
 names the key: that is how a tenant's read is confined to its own keys (conductor/access.py).
+
+A checkpoint is written after every step of a durable task, so its put is on the step's path: ``KvPut`` sends it
+through the executor's request inbox (conductor/endpoints.py ``Requester``) and decodes the acknowledgement with
+msgspec, instead of nats-py's ``KeyValue.put`` (a request with a fresh inbox token, ``json.loads`` and a dataclass
+per acknowledgement): the same message on the same subject, the same errors, 60-75 µs less of the executor's CPU a
+put (measured against a local nats-server, 3 KB values).
 """
 
 from __future__ import annotations
 
 import msgspec
+import nats.errors
 import nats.js.api as js_api
 import nats.js.errors as js_errors
 import structlog
 from faststream.nats import JStream
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from conductor import stored
+from conductor.endpoints import Requester
 from conductor.wire import encode
 from schemas.solve import SolveResult
 from schemas.tasks import (
@@ -33,6 +42,39 @@ log = structlog.get_logger("conductor.executor.store")
 RESULTS_STORE = "results"  # ``metrics.store_entry_refused`` labels
 RESULT_EVENTS_STORE = "result_events"
 REPLACE_TRIES = 10
+PUT_TIMEOUT_S = 5.0  # nats-py's JetStream default
+
+
+class _PubAck(msgspec.Struct):
+    """JetStream's answer to a publish into a stream: the sequence it stored the message at, or why not."""
+
+    seq: int = 0
+    error: dict[str, object] | None = None
+
+
+_ack_dec = msgspec.json.Decoder(_PubAck)
+
+
+class KvPut:
+    """``KeyValue.put`` for one bucket over a ``Requester``: the value stored as the last entry of ``key``. Raises
+    what nats-py's put raises: ``NoStreamResponseError`` (no bucket answers), the ``APIError`` subclass of the
+    server's error, ``nats.errors.TimeoutError``. Keys are the executor's own (``schemas.tasks.task_key``)."""
+
+    def __init__(self, requests: Requester, bucket: str) -> None:
+        self._requests = requests
+        self._prefix = f"$KV.{bucket}."
+
+    async def __call__(self, key: str, value: bytes) -> int:
+        try:
+            msg = await self._requests.request(self._prefix + key, value, timeout=PUT_TIMEOUT_S)
+        except nats.errors.NoRespondersError:
+            raise js_errors.NoStreamResponseError from None
+        except TimeoutError:
+            raise nats.errors.TimeoutError from None
+        ack = _ack_dec.decode(msg.data)
+        if ack.error is not None:
+            js_errors.APIError.from_error(ack.error)  # raises the error's own type
+        return ack.seq
 
 
 def checked(data: bytes | None, key: str, store: str) -> SolveResult | None:
@@ -84,12 +126,17 @@ async def ensure_tasks_stream(js: JetStreamContext, names: Names, settings: Stor
 
 
 class TaskStore:
-    def __init__(self, js: JetStreamContext, names: Names, settings: StoreSettings) -> None:
+    """``nc``: the connection ``js`` is on, for the checkpoints' fast put (``KvPut``); without it, nats-py's."""
+
+    def __init__(
+        self, js: JetStreamContext, names: Names, settings: StoreSettings, nc: Client | None = None
+    ) -> None:
         self.js = js
         self.names = names
         self.settings = settings
         self._results: KeyValue | None = None
         self._checkpoints: KeyValue | None = None
+        self._put = KvPut(Requester(nc), names.checkpoints_bucket) if nc is not None else None
 
     async def ensure(self) -> None:
         """Create (or reconcile) every stream and bucket; safe to run from every replica at start-up."""
@@ -185,9 +232,11 @@ class TaskStore:
 
     async def save_checkpoint(self, key: str, cp: TaskCheckpoint) -> None:
         """Stamped with this executor's format version, whoever wrote the checkpoint it resumed from."""
-        await self.checkpoints.put(
-            key, encode(msgspec.structs.replace(cp, schema_version=CHECKPOINT_VERSION))
-        )
+        value = encode(msgspec.structs.replace(cp, schema_version=CHECKPOINT_VERSION))
+        if self._put is not None:
+            await self._put(key, value)
+        else:
+            await self.checkpoints.put(key, value)
 
     async def drop_checkpoint(self, key: str) -> None:
         await self.checkpoints.purge(key)

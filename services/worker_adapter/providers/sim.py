@@ -374,7 +374,9 @@ class SimProvider:
         ):  # a fresh draw per task (the latent aptitude below stays per worker and question)
             call = (*call, params.task)
         rng = _rng(*call)
-        await asyncio.sleep(sim.latency_s + sim.latency_jitter_s * rng.random())
+        delay = sim.latency_s + sim.latency_jitter_s * rng.random()  # drawn even when zero: the same stream
+        if delay > 0:  # a zero-latency worker answers in the same loop turn: no extra pass of the event loop
+            await asyncio.sleep(delay)
         if (
             sim.failure_rate and _rng(*call, "fail", params.attempt).random() < sim.failure_rate
         ):  # fresh per try
