@@ -291,6 +291,44 @@ def frontier(
     return sorted(((r, cost, c) for c, (r, cost) in found.items()), key=lambda x: (x[1], -x[0]))
 
 
+@dataclass(frozen=True)
+class SetFronts:
+    """One view's questions by set, its workers in price order, its strongest single worker, and each set's efficient
+    two-round cascades (``frontier``): what ``choose`` selects from, and what other families are compared with."""
+
+    ids_by_set: dict[str, list[str]]
+    ordered: list[str]
+    strongest: str
+    singles: dict[str, Outcome]
+    fronts: dict[str, list[tuple[float, float, Cascade]]]
+
+    @property
+    def every(self) -> list[str]:
+        return [pid for ids in self.ids_by_set.values() for pid in ids]
+
+
+def set_fronts(
+    matrix: Matrix, problems: Sequence[Problem], view: Sequence[str], *, cheap: int = 6, escalate: str = "any"
+) -> SetFronts:
+    """Workers are ordered by their mean $ on these questions, cheapest first, for ties and the cheap triples;
+    ``escalate = "strongest"``: a second round calls only the most accurate single worker."""
+    ids_by_set: dict[str, list[str]] = defaultdict(list)
+    for p in problems:
+        if p.id in matrix:
+            ids_by_set[p.benchmark].append(p.id)
+    every = [pid for ids in ids_by_set.values() for pid in ids]
+    singles = {w: evaluate(Cascade((w,), ()), matrix, every) for w in view}
+    ordered = sorted(view, key=lambda w: (singles[w].mean_cost, w))
+    strongest = max(view, key=lambda w: (singles[w].accuracy, -singles[w].mean_cost))
+    only = ordered.index(strongest) if escalate == "strongest" else None
+    firsts = first_rounds(range(len(ordered)), cheap)
+    fronts = {}
+    for name in sorted(ids_by_set):
+        t = Tables.of(matrix, ids_by_set[name], ordered)
+        fronts[name] = frontier(t, [Sums.of(t, f, only) for f in firsts], matrix, ids_by_set[name])
+    return SetFronts(dict(ids_by_set), ordered, strongest, singles, fronts)
+
+
 def choose(
     matrix: Matrix,
     problems: Sequence[Problem],
@@ -305,28 +343,16 @@ def choose(
     """The per-set cascades for one view. ``select = "budget"``: the combination of most right answers whose mean $
     is at most ``budget`` × the view's most accurate single worker's (every combination of the sets' efficient
     cascades: a few dozen each). ``select = "slack"``: one λ for every set, the largest whose training accuracy is at
-    most ``slack`` points below that worker's. ``escalate = "strongest"``: a second round calls only that worker.
-    Workers are ordered by their mean $ on these questions, cheapest first, for ties and the cheap triples."""
-    ids_by_set: dict[str, list[str]] = defaultdict(list)
-    for p in problems:
-        if p.id in matrix:
-            ids_by_set[p.benchmark].append(p.id)
-    every = [pid for ids in ids_by_set.values() for pid in ids]
-    singles = {w: evaluate(Cascade((w,), ()), matrix, every) for w in view}
-    ordered = sorted(view, key=lambda w: (singles[w].mean_cost, w))
-    strongest = max(view, key=lambda w: (singles[w].accuracy, -singles[w].mean_cost))
-    only = ordered.index(strongest) if escalate == "strongest" else None
-    firsts = first_rounds(range(len(ordered)), cheap)
-    sets = sorted(ids_by_set)
-    fronts = []
-    for name in sets:
-        t = Tables.of(matrix, ids_by_set[name], ordered)
-        fronts.append(frontier(t, [Sums.of(t, f, only) for f in firsts], matrix, ids_by_set[name]))
+    most ``slack`` points below that worker's. ``escalate`` and ``cheap``: ``set_fronts``."""
+    sf = set_fronts(matrix, problems, view, cheap=cheap, escalate=escalate)
+    every, strongest, singles = sf.every, sf.strongest, sf.singles
+    sets = sorted(sf.fronts)
+    fronts = [sf.fronts[name] for name in sets]
     if select == "slack":
         floor = (singles[strongest].accuracy - slack / 100) * len(every)
         right, spent, chosen = _one_lambda(fronts, floor)
     else:
-        right, spent, chosen = _within(fronts, budget * singles[strongest].mean_cost * len(every), budget)
+        right, spent, chosen = within(fronts, budget * singles[strongest].mean_cost * len(every), budget)
     per_set = dict(zip(sets, chosen, strict=True))
     n = len(every)
     figures = {
@@ -337,23 +363,24 @@ def choose(
         "cost": spent / n,
         "cost_ratio": round(spent / n / singles[strongest].mean_cost, 4),
         "sets": {
-            s: {"cascade": per_set[s].label(), **_figures(evaluate(per_set[s], matrix, ids_by_set[s]))}
+            s: {"cascade": per_set[s].label(), **_figures(evaluate(per_set[s], matrix, sf.ids_by_set[s]))}
             for s in sets
         },
     }
     return Choice(view=tuple(view), per_set=per_set, figures=figures)
 
 
-Front = list[tuple[float, float, "Cascade"]]
+Front = list[tuple[float, float, Any]]
+"""One set's efficient rules: (right answers, $ summed over its questions, the rule), cheapest first."""
 
 
 class BudgetError(ValueError):
     """No combination of the sets' cascades costs as little as the budget asks."""
 
 
-def _within(fronts: Sequence[Front], cap: float, budget: float) -> tuple[float, float, tuple[Cascade, ...]]:
-    """The combination of one efficient cascade per set with most right answers whose $ is at most ``cap``."""
-    best: tuple[float, float, tuple[Cascade, ...]] | None = None
+def within(fronts: Sequence[Front], cap: float, budget: float) -> tuple[float, float, tuple[Any, ...]]:
+    """The combination of one efficient rule per set with most right answers whose $ is at most ``cap``."""
+    best: tuple[float, float, tuple[Any, ...]] | None = None
     for combo in itertools.product(*fronts):
         right, spent = sum(x[0] for x in combo), sum(x[1] for x in combo)
         if spent <= cap and (

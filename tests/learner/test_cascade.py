@@ -224,7 +224,7 @@ def test_the_ceiling_is_the_best_cascade_at_each_budget_chosen_on_the_questions_
     from scripts.replay_ceiling import ceilings
 
     problems, matrix = _matrix()
-    low, mid, high = ceilings(matrix, problems, ["strong", "cheap-a", "cheap-b"], [0.05, 0.25, 0.75])
+    low, mid, high = ceilings(matrix, problems, ["strong", "cheap-a", "cheap-b"], [0.05, 0.25, 0.75])[2]
     assert "no cascade costs at most 0.05" in low["error"]
     assert mid["accuracy"] == 0.75 and mid["cost_ratio"] <= 0.25  # one cheap worker, or the pair handing back
     assert high["accuracy"] == 1.0 and high["cost_ratio"] == pytest.approx(0.7)  # escalate on disagreement
