@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from conductor.answers import agreement
+from conductor.answers import agreement, same_answer
 from schemas.learner import PolicyCard
 from schemas.plan import PriorRound, StepAnswer, WorkerCard
 from schemas.work import ChatMessage
@@ -265,6 +265,27 @@ def step_answer_lines(answers: Sequence[StepAnswer]) -> str:
     return "\n\nFinal answer of each step:\n" + "\n".join(lines) + "\n" + verdict
 
 
+ACROSS_ROUNDS = {
+    "matches": "The latest round's final answer matches an earlier round's step.",
+    "new": "The latest round's final answer matches no earlier round's step.",
+    "none": "The latest round gave no final answer.",
+}
+
+
+def across_rounds(previous: Sequence[PriorRound]) -> str | None:
+    """Whether the latest round's final answer (its last step's) is one an earlier round's step already stated:
+    ``matches``, ``new`` or ``none`` (it stated none); None with fewer than two rounds, or rounds written before
+    schema 13 (no step answers). A third round decides from it (services/learner/three_round.py): a tie-breaker
+    that sides with one of two differing answers settles the question, one that sides with neither does not."""
+    if len(previous) < 2 or not previous[-1].answers or not any(p.answers for p in previous[:-1]):
+        return None
+    latest = previous[-1].answers[-1].answer
+    if latest is None:
+        return "none"
+    earlier = (a.answer for p in previous[:-1] for a in p.answers)
+    return "matches" if any(same_answer(latest, a) for a in earlier) else "new"
+
+
 def recursion_messages(
     question: str,
     workers: Sequence[WorkerCard],
@@ -283,6 +304,8 @@ def recursion_messages(
         f"{step_answer_lines(p.answers)}"
         for i, p in enumerate(previous, 1)
     )
+    if (across := across_rounds(previous)) is not None:
+        rounds += f"\n\nAcross rounds: {ACROSS_ROUNDS[across]}"
     user = (
         f"{_task_block(question, workers, domain)}\n\n{rounds}\n\n"
         f"{RECURSION_RULES.format(max_steps=max_steps)}"

@@ -70,6 +70,33 @@ def test_the_recursion_prompt_lists_each_steps_answer_and_whether_they_agree() -
     )
 
 
+def test_a_third_round_is_told_whether_the_latest_answer_matches_an_earlier_step() -> None:
+    """With two earlier rounds, one line says whether the latest round's final answer is one an earlier round's step
+    stated (the tie-breaker sided with one of them), none did, or it stated none; one earlier round: no line."""
+    cards = [WorkerCard(index=i, description=f"w{i}") for i in range(4)]
+    pair = PriorRound(
+        completion="c1",
+        final_response="\\boxed{8}",
+        answers=[StepAnswer(step=0, model_id=1, answer="7"), StepAnswer(step=1, model_id=2, answer="8")],
+    )
+
+    def third(answer: str | None) -> str:
+        tie = PriorRound(
+            completion="c2", final_response="r", answers=[StepAnswer(step=0, model_id=3, answer=answer)]
+        )
+        return recursion_messages("Q?", cards, [pair, tie], max_steps=3)[-1].content
+
+    assert "Across rounds: The latest round's final answer matches an earlier round's step." in third("7.0")
+    assert "Across rounds: The latest round's final answer matches no earlier round's step." in third("9")
+    assert "Across rounds: The latest round gave no final answer." in third(None)
+    assert (
+        third("7").index("### Round 2") < third("7").index("Across rounds") < third("7").index("You already")
+    )
+    assert "Across rounds" not in recursion_messages("Q?", cards, [pair], max_steps=3)[-1].content
+    older = PriorRound(completion="c", final_response="r")  # before schema 13: no step answers, no line
+    assert "Across rounds" not in recursion_messages("Q?", cards, [older, older], max_steps=3)[-1].content
+
+
 def test_cue_lines_finds_what_findall_finds() -> None:
     """``cue_lines`` tries the cue pattern at line starts only; on texts built from the pieces that matter (cues
     across line breaks, Unicode case folds, carriage returns) it returns exactly ``findall``'s matches."""
