@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -43,13 +42,7 @@ def _fronts(
     two = cascade.set_fronts(matrix, problems, view, cheap=len(view))
     out = {2: two}
     if 3 in families:
-        merged = {
-            name: three_round.merged(
-                two.fronts[name], three_round.fronts(cascade.Tables.of(matrix, ids, two.ordered))
-            )
-            for name, ids in two.ids_by_set.items()
-        }
-        out[3] = dataclasses.replace(two, fronts=merged)
+        out[3] = three_round.extend(two, matrix)
     return out
 
 

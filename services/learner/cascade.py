@@ -90,6 +90,10 @@ class Cascade:
     def action(self, state: str) -> str | None:
         return dict(self.then).get(state)
 
+    def play(self, cells: Mapping[str, Cell]) -> tuple[float, float, bool, str]:
+        """(right, $, escalated, state) on one question: ``play``, as every rule family answers it."""
+        return play(self, cells)
+
     def label(self) -> str:
         acts = ", ".join(f"{s}→{w or 'hand back'}" for s, w in self.then)
         return f"[{' + '.join(self.first)}] then {acts}"
@@ -133,10 +137,11 @@ def play(c: Cascade, cells: Mapping[str, Cell]) -> tuple[float, float, bool, str
     return cells[worker].correct, cost + cells[worker].cost, True, state
 
 
-def evaluate(c: Cascade, matrix: Matrix, ids: Sequence[str]) -> Outcome:
+def evaluate(rule: Any, matrix: Matrix, ids: Sequence[str]) -> Outcome:
+    """``rule`` (a ``Cascade``, or any rule with the same ``play``: three_round.ThreeRound) on the questions ``ids``."""
     out = Outcome()
     for pid in ids:
-        out.add(*play(c, matrix[pid]))
+        out.add(*rule.play(matrix[pid]))
     return out
 
 
@@ -270,10 +275,11 @@ def best_cascade(t: Tables, sums: Sequence[Sums], lam: float) -> Cascade:
 
 @dataclass(frozen=True)
 class Choice:
-    """The chosen cascade per set for one view, and its training-question figures."""
+    """The chosen rule per set for one view (a ``Cascade``, or a three_round.ThreeRound), and its figures on the
+    questions it was chosen on."""
 
     view: tuple[str, ...]
-    per_set: dict[str, Cascade]
+    per_set: dict[str, Any]
     figures: dict[str, Any]
 
 
@@ -339,12 +345,18 @@ def choose(
     select: str = "budget",
     slack: float = 1.0,
     escalate: str = "any",
+    rounds: int = 2,
 ) -> Choice:
-    """The per-set cascades for one view. ``select = "budget"``: the combination of most right answers whose mean $
+    """The per-set rules for one view; ``rounds = 3`` adds the three-round family to every set's front
+    (services/learner/three_round.py ``extend``). ``select = "budget"``: the combination of most right answers whose mean $
     is at most ``budget`` × the view's most accurate single worker's (every combination of the sets' efficient
     cascades: a few dozen each). ``select = "slack"``: one λ for every set, the largest whose training accuracy is at
     most ``slack`` points below that worker's. ``escalate`` and ``cheap``: ``set_fronts``."""
     sf = set_fronts(matrix, problems, view, cheap=cheap, escalate=escalate)
+    if rounds == 3:
+        from services.learner.three_round import extend  # it builds on this module
+
+        sf = extend(sf, matrix)
     every, strongest, singles = sf.every, sf.strongest, sf.singles
     sets = sorted(sf.fronts)
     fronts = [sf.fronts[name] for name in sets]
@@ -496,7 +508,7 @@ def label(worker: WorkerSpec) -> str:
     return text or worker.name
 
 
-def _named(ordinals: Sequence[int], workers: Sequence[WorkerSpec]) -> str:
+def named(ordinals: Sequence[int], workers: Sequence[WorkerSpec]) -> str:
     parts = [f"{label(workers[o])} is Model {o}" for o in ordinals]
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
 
@@ -511,10 +523,10 @@ def first_completion(
     if strongest is not None:
         why += f" The strongest model here is {label(workers[strongest])}, Model {strongest}."
     if len(first) == 1:
-        why += f" {_named(first, workers)}; it answers it alone."
+        why += f" {named(first, workers)}; it answers it alone."
     else:
         then = "a stronger model" if strongest is None else f"Model {strongest}"
-        why += f" {_named(first, workers)}; they answer it independently; if their answers differ, {then} decides."
+        why += f" {named(first, workers)}; they answer it independently; if their answers differ, {then} decides."
     wf = Workflow(model_id=list(first), subtasks=[SOLVE] * len(first), access_list=[[] for _ in first])
     return render_completion(why, wf)
 
@@ -530,7 +542,7 @@ def second_completion(state: str, action: int | None, workers: Sequence[WorkerSp
             f"{said}, so the result stands.", Workflow(model_id=[], subtasks=[], access_list=[])
         )
     wf = Workflow(model_id=[action], subtasks=[SOLVE], access_list=[[]])
-    return render_completion(f"{said}, so {_named([action], workers)}; it answers the question afresh.", wf)
+    return render_completion(f"{said}, so {named([action], workers)}; it answers the question afresh.", wf)
 
 
 def rows(
@@ -544,7 +556,8 @@ def rows(
     seed: int = 0,
     first_weight: int = 1,
 ) -> list[dict[str, Any]]:
-    """Round-1 and round-2 SFT rows for every question of the matrix on every chosen view; with ``limit``, that many
+    """SFT rows of every round a chosen rule plays, for every question of the matrix on every chosen view (a
+    three-round rule's from its ``episodes``); with ``limit``, that many
     drawn evenly over the groups (``balanced``), a first round's group ``first_weight`` times as often."""
     grouped: dict[tuple[int, str, str], list[dict[str, Any]]] = defaultdict(list)
     for v, choice in enumerate(choices):
@@ -555,6 +568,10 @@ def rows(
             if p.id not in matrix or p.benchmark not in choice.per_set:
                 continue
             cells, c = matrix[p.id], choice.per_set[p.benchmark]
+            if not isinstance(c, Cascade):  # a rule of another family plays its own rounds
+                for group, episode, text in c.episodes(p, cells, view, specs, strongest):
+                    grouped[(v, p.benchmark, group)].append(_row(episode, text, pool, config))
+                continue
             first = [view.index(w) for w in c.first]
             ep = first_round(p, view)
             text1 = first_completion(first, p, specs, strongest)

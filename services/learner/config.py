@@ -167,6 +167,10 @@ class CascadeSection(_Section):
     # With ``rows``: a first round's (view, set) group is drawn this many times as often as a second round's group.
     # The first round is where the view and the set decide everything; the second reads one line of agreement.
     first_weight: Annotated[int, Meta(ge=1, le=16)] = 1
+    # 3: three-round rules join the candidates (services/learner/three_round.py: a cheap pair, a tie-breaker where
+    # they differ, a fourth worker where it sides with neither), supervised for all three rounds; needs
+    # data.rounds >= 2. 2: the two-round cascades only.
+    rounds: Literal[2, 3] = 2
     epochs: PositiveFloat = 2.0
 
 
@@ -491,10 +495,11 @@ def check(config: LearnerConfig) -> None:
             raise ConfigError(
                 f"cold_start.cascade.{key} lists {len(listed)} values for {max(1, len(d.views))} view(s)"
             )
-    if cascade is not None and (d.rounds < 1 or d.max_steps < 3):
+    if cascade is not None and (d.rounds < cascade.rounds - 1 or d.max_steps < 3):
         raise ConfigError(
-            "[cold_start.cascade] trains a policy that decides from the first round's results: it needs "
-            f"data.rounds >= 1 (got {d.rounds}) and data.max_steps >= 3 (got {d.max_steps})"
+            f"[cold_start.cascade] with rounds = {cascade.rounds} trains a policy that decides from earlier rounds' "
+            f"results: it needs data.rounds >= {cascade.rounds - 1} (got {d.rounds}) and data.max_steps >= 3 "
+            f"(got {d.max_steps})"
         )
     if d.full_view_fraction + d.views_fraction > 1:
         raise ConfigError(

@@ -358,7 +358,15 @@ def _cascade_rows(
 
     choices = [
         cascade.choose(
-            matrix, questions, view, budget=b, cheap=c.cheap, select=c.select, slack=sl, escalate=c.escalate
+            matrix,
+            questions,
+            view,
+            budget=b,
+            cheap=c.cheap,
+            select=c.select,
+            slack=sl,
+            escalate=c.escalate,
+            rounds=c.rounds,
         )
         for view, b, sl in zip(views, per_view(c.budget), per_view(c.slack), strict=True)
     ]

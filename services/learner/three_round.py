@@ -15,19 +15,40 @@ such rule is exactly a function of the answer matrix, so its right answers and $
 cascade.py). ``fronts`` lists one set's efficient rules, ``merged`` joins them with the two-round family's front,
 and ``cascade.within`` picks the combination over the sets under a $ budget (scripts/replay_ceiling.py).
 
-What serving one would take, not built: a Conductor that plans three rounds, and a recursion prompt that says
-whether the latest round's answer agrees with an earlier round's (conductor/prompt.py states each round's own
-agreement only). This module measures whether that is worth building.
+Served, a rule is three rounds of a Conductor: the pair, then (shown the pair's agreement line) hand back or the
+tie-breaker alone, then (shown ``conductor.prompt.across_rounds``: whether the tie-breaker's answer matches an
+earlier step's) hand back or the fourth worker afresh. ``cascade.choose(..., rounds=3)`` picks the rules per set
+(``extend`` adds them to the two-round fronts) and ``cascade.rows`` writes the supervised rows of all three rounds
+from ``ThreeRound.episodes``, each prompt built as the executor builds it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from conductor.answers import agreement
-from services.learner.cascade import Cascade, Cell, Front, Matrix, Tables, play
+from conductor.pool import WorkerSpec
+from conductor.prompt import across_rounds
+from conductor.workflow import render_completion
+from schemas.plan import StepAnswer, Workflow
+from services.learner.cascade import (
+    KIND,
+    Cell,
+    Front,
+    Matrix,
+    SetFronts,
+    Tables,
+    label,
+    named,
+    second_completion,
+)
+from services.learner.episodes import Episode, first_round, next_round
+from services.learner.search import SOLVE
+from tasks.problem import Problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,29 +64,116 @@ class ThreeRound:
         last = self.d if self.d is not None else f"{self.c}'s answer stands"
         return f"[{self.a} + {self.b}] then, unless they agree, {self.c}; if it agrees with neither, {last}"
 
-    def play(self, cells: Mapping[str, Cell]) -> tuple[float, float]:
-        """(right, $) on one question."""
+    def play(self, cells: Mapping[str, Cell]) -> tuple[float, float, bool, str]:
+        """(right, $, escalated, state) on one question, as ``cascade.play`` answers it: escalated when the tie-breaker
+        was called; the state is the pair's agreement, then what the third round is shown."""
         a, b, c = cells[self.a], cells[self.b], cells[self.c]
         cost = a.cost + b.cost
-        if agreement([a.answer, b.answer]) == "agree":
-            return b.correct, cost
+        state = agreement([a.answer, b.answer])
+        if state == "agree":
+            return b.correct, cost, False, state
         cost += c.cost
-        if self.d is None or "agree" in (agreement([c.answer, a.answer]), agreement([c.answer, b.answer])):
-            return c.correct, cost
+        across = _across(a, b, c)
+        if self.d is None or across == "matches":
+            return c.correct, cost, True, f"{state}, {across}"
         d = cells[self.d]
-        return d.correct, cost + d.cost
+        return d.correct, cost + d.cost, True, f"{state}, {across}"
+
+    def episodes(
+        self,
+        problem: Problem,
+        cells: Mapping[str, Cell],
+        view: Sequence[str],
+        workers: Sequence[WorkerSpec],
+        strongest: int,
+    ) -> list[tuple[str, Episode, str]]:
+        """(group, prompt's episode, completion) of each round the rule plays on ``problem``: the first; the second,
+        grouped by the pair's agreement; the third where the second called the tie-breaker, grouped by what it is
+        shown. Each later episode is built from the recorded answers as the executor builds it."""
+        a, b, c = (view.index(w) for w in (self.a, self.b, self.c))
+        ep = first_round(problem, list(view))
+        text1 = self.first_completion(problem, view, workers, strongest)
+        out = [("first", ep, text1)]
+        pair = [
+            StepAnswer(step=0, model_id=a, answer=cells[self.a].answer),
+            StepAnswer(step=1, model_id=b, answer=cells[self.b].answer),
+        ]
+        second = next_round(ep, text1, cells[self.b].response, pair)
+        state = agreement([cells[self.a].answer, cells[self.b].answer])
+        if state == "agree":
+            return [*out, (state, second, second_completion(state, None, workers))]
+        text2 = second_completion(state, c, workers)
+        third = next_round(
+            second,
+            text2,
+            cells[self.c].response,
+            [StepAnswer(step=0, model_id=c, answer=cells[self.c].answer)],
+        )
+        across = across_rounds(third.previous)
+        assert across is not None  # two earlier rounds, each with its step answers
+        action = None if self.d is None or across == "matches" else view.index(self.d)
+        return [
+            *out,
+            (state, second, text2),
+            (f"then {across}", third, third_completion(across, action, workers)),
+        ]
+
+    def first_completion(
+        self, problem: Problem, view: Sequence[str], workers: Sequence[WorkerSpec], strongest: int
+    ) -> str:
+        """Round 1: the question's kind, the view's strongest worker, the pair, and what comes if it differs."""
+        a, b, c = (view.index(w) for w in (self.a, self.b, self.c))
+        why = (
+            f"This is {KIND.get(problem.benchmark, 'a question')}. The strongest model here is "
+            f"{label(workers[strongest])}, Model {strongest}. {named([a, b], workers)}; they answer it "
+            f"independently; if their answers differ, {named([c], workers)} breaks the tie"
+        )
+        if self.d is not None:
+            why += f", and if it sides with neither, Model {view.index(self.d)} decides"
+        wf = Workflow(model_id=[a, b], subtasks=[SOLVE, SOLVE], access_list=[[], []])
+        return render_completion(why + ".", wf)
 
 
-def outcome(rule: Cascade | ThreeRound, matrix: Matrix, ids: Sequence[str]) -> tuple[float, float]:
+def third_completion(across: str, action: int | None, workers: Sequence[WorkerSpec]) -> str:
+    """Round 3: hand back (the tie-breaker sided with an earlier answer), or one worker answers afresh."""
+    said = {
+        "matches": "The tie-breaker's answer matches an earlier step's",
+        "new": "The tie-breaker's answer matches no earlier step's",
+        "none": "The tie-breaker gave no final answer",
+    }[across]
+    if action is None:
+        return render_completion(
+            f"{said}, so the result stands.", Workflow(model_id=[], subtasks=[], access_list=[])
+        )
+    wf = Workflow(model_id=[action], subtasks=[SOLVE], access_list=[[]])
+    return render_completion(f"{said}, so {named([action], workers)}; it answers the question afresh.", wf)
+
+
+def _across(a: Cell, b: Cell, c: Cell) -> str:
+    """What ``conductor.prompt.across_rounds`` shows the third round: the tie-breaker's answer against the pair's."""
+    if c.answer is None:
+        return "none"
+    return (
+        "matches" if "agree" in (agreement([c.answer, a.answer]), agreement([c.answer, b.answer])) else "new"
+    )
+
+
+def outcome(rule: Any, matrix: Matrix, ids: Sequence[str]) -> tuple[float, float]:
     """(right answers, $) of either family's rule summed over ``ids``."""
     right = cost = 0.0
     for pid in ids:
-        if isinstance(rule, ThreeRound):
-            r, c = rule.play(matrix[pid])
-        else:
-            r, c, _, _ = play(rule, matrix[pid])
+        r, c, _, _ = rule.play(matrix[pid])
         right, cost = right + r, cost + c
     return right, cost
+
+
+def extend(sf: SetFronts, matrix: Matrix) -> SetFronts:
+    """``sf`` with each set's front merged with the three-round rules' on the same questions and workers."""
+    merged_fronts = {
+        name: merged(sf.fronts[name], fronts(Tables.of(matrix, ids, sf.ordered)))
+        for name, ids in sf.ids_by_set.items()
+    }
+    return dataclasses.replace(sf, fronts=merged_fronts)
 
 
 def fronts(t: Tables) -> Front:

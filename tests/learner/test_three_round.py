@@ -7,9 +7,18 @@ import itertools
 
 import pytest
 
+from conductor.pool import parse_pool
+from conductor.workflow import parse_completion
 from services.learner import cascade
+from services.learner.config import ConfigError, parse_config
 from services.learner.three_round import ThreeRound, efficient, fronts, outcome
 from tests.learner.test_cascade import _cell, _problem
+
+POOL = "\n".join(
+    f'[[workers]]\nname = "{name}"\nprovider = "sim"\ndescription = "{card}: {name}"\n[workers.sim]\n'
+    'dataset = "x.jsonl"'
+    for name, card in (("strong", "Dear Strong"), ("a", "Cheap A"), ("b", "Cheap B"), ("c", "Cheap C"))
+)
 
 VIEW = ["strong", "a", "b", "c"]
 
@@ -38,7 +47,13 @@ def _matrix(n: int = 40) -> tuple[list, cascade.Matrix]:
 def test_a_rule_plays_each_round_as_written() -> None:
     _, matrix = _matrix(4)
     rule = ThreeRound("a", "b", "c", "strong")
-    assert [rule.play(matrix[f"q{i}"]) for i in range(4)] == [(1.0, 2.0), (1.0, 3.0), (1.0, 3.0), (1.0, 13.0)]
+    played = [rule.play(matrix[f"q{i}"]) for i in range(4)]
+    assert played == [
+        (1.0, 2.0, False, "agree"),
+        (1.0, 3.0, True, "differ, matches"),
+        (1.0, 3.0, True, "differ, matches"),
+        (1.0, 13.0, True, "differ, new"),
+    ]
     stands = ThreeRound("a", "b", "c", None)  # a two-round cascade: c's answer, whatever it is
     assert [stands.play(matrix[f"q{i}"])[0] for i in range(4)] == [1.0, 1.0, 1.0, 0.0]
     assert outcome(rule, matrix, [f"q{i}" for i in range(4)]) == (4.0, 21.0)
@@ -72,3 +87,44 @@ def test_only_the_three_round_family_meets_a_budget_the_two_round_one_cannot() -
     assert (three_cv["accuracy"], three_cv["strongest_accuracy"], three_cv["questions"]) == (1.0, 1.0, 40)
     assert three_cv["cost_ratio"] <= 0.55
     assert two_cv["accuracy"] < 1.0 and two_cv["cost_ratio"] <= 0.8
+
+
+def test_choose_with_three_rounds_takes_the_tiered_rule_and_rows_teach_all_three_rounds(tmp_path) -> None:
+    problems, matrix = _matrix(8)
+    pool = parse_pool(POOL, base_dir=str(tmp_path))
+    config = parse_config(
+        'name = "t"\n[model]\npath = "m"\n[data]\nfew_shot = false\nrules = false\nrounds = 2\n[grpo]\nsteps = 0\n'
+    )
+    two = cascade.choose(matrix, problems, VIEW, budget=0.8, cheap=4)
+    choice = cascade.choose(matrix, problems, VIEW, budget=0.8, cheap=4, rounds=3)
+    assert two.figures["accuracy"] < 1.0
+    rule = choice.per_set["replay-gsm"]
+    assert isinstance(rule, ThreeRound) and {rule.a, rule.b} == {"a", "b"} and rule.c == "c"
+    assert (rule.d, choice.figures["accuracy"], choice.figures["cost_ratio"]) == ("strong", 1.0, 0.525)
+    rows = cascade.rows([choice], problems, matrix, pool, config)
+    # 8 first rounds, 8 second rounds, and a third round on the 6 questions whose pair differed
+    assert len(rows) == 8 + 8 + 6
+    shown = [r["prompt"][-1]["content"] for r in rows]
+    said = [r["completion"][0]["content"] for r in rows]
+    for text in said:
+        assert parse_completion(text, n_workers=4, allow_empty=True).workflow is not None
+    first = next(t for t in said if "This is" in t)
+    assert (
+        "if their answers differ, Cheap C is Model 3 breaks the tie, and if it sides with neither, Model 0"
+        in first
+    )
+    thirds = [(p, c) for p, c in zip(shown, said, strict=True) if "Across rounds" in p]
+    assert len(thirds) == 6
+    matched = [c for p, c in thirds if "matches an earlier round's step" in p]
+    fresh = [c for p, c in thirds if "matches no earlier round's step" in p]
+    assert len(matched) == 4 and all("model_id = []" in c for c in matched)  # the tie-breaker stands
+    assert len(fresh) == 2 and all("model_id = [0]" in c for c in fresh)  # the strong worker, afresh
+    seconds = [c for p, c in zip(shown, said, strict=True) if "### Round 1" in p and "### Round 2" not in p]
+    assert sum("model_id = [3]" in c for c in seconds) == 6  # the tie-breaker where the pair differed
+
+
+def test_three_round_rules_need_a_card_with_two_recursion_rounds() -> None:
+    text = 'name = "t"\n[model]\npath = "m"\n[data]\nrounds = 1\n[grpo]\nsteps = 0\n[cold_start.cascade]\nrounds = 3\n'
+    with pytest.raises(ConfigError, match=r"rounds = 3 .* needs data.rounds >= 2 \(got 1\)"):
+        parse_config(text)
+    assert parse_config(text.replace("rounds = 1", "rounds = 2")).cold_start.cascade.rounds == 3
