@@ -537,6 +537,12 @@ def second_completion(state: str, action: int | None, workers: Sequence[WorkerSp
         "differ": "The steps gave different final answers",
         "missing": "A step gave no final answer",
     }[state]
+    return decision(said, action, workers)
+
+
+def decision(said: str, action: int | None, workers: Sequence[WorkerSpec]) -> str:
+    """A later round's completion: what it was shown (``said``), then hand back (``action`` None: three empty
+    lists) or that worker answers the question afresh."""
     if action is None:
         return render_completion(
             f"{said}, so the result stands.", Workflow(model_id=[], subtasks=[], access_list=[])

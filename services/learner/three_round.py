@@ -42,6 +42,7 @@ from services.learner.cascade import (
     Matrix,
     SetFronts,
     Tables,
+    decision,
     label,
     named,
     second_completion,
@@ -141,12 +142,7 @@ def third_completion(across: str, action: int | None, workers: Sequence[WorkerSp
         "new": "The tie-breaker's answer matches no earlier step's",
         "none": "The tie-breaker gave no final answer",
     }[across]
-    if action is None:
-        return render_completion(
-            f"{said}, so the result stands.", Workflow(model_id=[], subtasks=[], access_list=[])
-        )
-    wf = Workflow(model_id=[action], subtasks=[SOLVE], access_list=[[]])
-    return render_completion(f"{said}, so {named([action], workers)}; it answers the question afresh.", wf)
+    return decision(said, action, workers)
 
 
 def _across(a: Cell, b: Cell, c: Cell) -> str:
