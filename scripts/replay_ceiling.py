@@ -14,8 +14,9 @@ provider, prices and verifier, in this process) for the recipe ``smollm2-replay`
   meet at the strongest worker's accuracy says the target is out of its reach on these recorded answers.
 - **cross-validated** (``--cv K``): the public questions (train and test splits together) cut into K folds per set;
   rules chosen on K−1 folds under the budget, scored on the fold left out, summed over the folds (twice, two
-  seeds), beside the view's strongest worker on all of them (the worker the target names) on the same folds. That is the expected score of the rule the same selection would pick on all of them, on questions it has
-  not seen — the measure for a policy trained on every public question and measured on others.
+  seeds), beside the view's strongest worker on all of them (the worker the target names) on the same folds. That
+  is the expected score of the rule the same selection would pick on all of them, on questions it has not seen —
+  the measure for a policy trained on every public question and measured on others.
 Issue 33's figures are in docs/results.md, "Replay".
 """
 

@@ -348,10 +348,10 @@ def choose(
     rounds: int = 2,
 ) -> Choice:
     """The per-set rules for one view; ``rounds = 3`` adds the three-round family to every set's front
-    (services/learner/three_round.py ``extend``). ``select = "budget"``: the combination of most right answers whose mean $
-    is at most ``budget`` × the view's most accurate single worker's (every combination of the sets' efficient
-    cascades: a few dozen each). ``select = "slack"``: one λ for every set, the largest whose training accuracy is at
-    most ``slack`` points below that worker's. ``escalate`` and ``cheap``: ``set_fronts``."""
+    (services/learner/three_round.py ``extend``). ``select = "budget"``: the combination of most right answers
+    whose mean $ is at most ``budget`` × the view's most accurate single worker's (every combination of the sets'
+    efficient rules: a few dozen each). ``select = "slack"``: one λ for every set, the largest whose training
+    accuracy is at most ``slack`` points below that worker's. ``escalate`` and ``cheap``: ``set_fronts``."""
     sf = set_fronts(matrix, problems, view, cheap=cheap, escalate=escalate)
     if rounds == 3:
         from services.learner.three_round import extend  # it builds on this module
