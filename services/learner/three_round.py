@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from conductor.answers import agreement
+from conductor.answers import agreement, same_answer
 from conductor.pool import WorkerSpec
 from conductor.prompt import across_rounds
 from conductor.workflow import render_completion
@@ -43,6 +43,7 @@ from services.learner.cascade import (
     SetFronts,
     Tables,
     decision,
+    evaluate,
     label,
     named,
     second_completion,
@@ -116,7 +117,7 @@ class ThreeRound:
         return [
             *out,
             (state, second, text2),
-            (f"then {across}", third, third_completion(across, action, workers)),
+            (f"then {across}", third, decision(THIRD[across], action, workers)),
         ]
 
     def first_completion(
@@ -135,32 +136,26 @@ class ThreeRound:
         return render_completion(why + ".", wf)
 
 
-def third_completion(across: str, action: int | None, workers: Sequence[WorkerSpec]) -> str:
-    """Round 3: hand back (the tie-breaker sided with an earlier answer), or one worker answers afresh."""
-    said = {
-        "matches": "The tie-breaker's answer matches an earlier step's",
-        "new": "The tie-breaker's answer matches no earlier step's",
-        "none": "The tie-breaker gave no final answer",
-    }[across]
-    return decision(said, action, workers)
+THIRD = {
+    "matches": "The tie-breaker's answer matches an earlier step's",
+    "new": "The tie-breaker's answer matches no earlier step's",
+    "none": "The tie-breaker gave no final answer",
+}
+"""What a third round's completion says it was shown (``conductor.prompt.across_rounds``), before its decision."""
 
 
 def _across(a: Cell, b: Cell, c: Cell) -> str:
-    """What ``conductor.prompt.across_rounds`` shows the third round: the tie-breaker's answer against the pair's."""
+    """What ``conductor.prompt.across_rounds`` shows the third round (the same comparison): the tie-breaker's answer
+    against the pair's."""
     if c.answer is None:
         return "none"
-    return (
-        "matches" if "agree" in (agreement([c.answer, a.answer]), agreement([c.answer, b.answer])) else "new"
-    )
+    return "matches" if same_answer(c.answer, a.answer) or same_answer(c.answer, b.answer) else "new"
 
 
 def outcome(rule: Any, matrix: Matrix, ids: Sequence[str]) -> tuple[float, float]:
-    """(right answers, $) of either family's rule summed over ``ids``."""
-    right = cost = 0.0
-    for pid in ids:
-        r, c, _, _ = rule.play(matrix[pid])
-        right, cost = right + r, cost + c
-    return right, cost
+    """(right answers, $) of either family's rule summed over ``ids`` (``cascade.evaluate``'s sums)."""
+    o = evaluate(rule, matrix, ids)
+    return o.reward, o.cost
 
 
 def extend(sf: SetFronts, matrix: Matrix) -> SetFronts:
